@@ -1,0 +1,3 @@
+"""servelab: find the best way to serve an LLM by measurement."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,54 @@
+"""One request's measured timeline: the record the client and the simulator both produce.
+
+Times are seconds since the run's start (`*_s`) or milliseconds (`*_ms`). The metrics
+calculator (`servelab.metrics.summary`) turns a list of these into a result; nothing else
+computes summaries.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(slots=True)
+class RequestRecord:
+    """What happened to one request.
+
+    `intended_send_s` is when the arrival schedule wanted it sent, `send_s` when it was
+    sent (after waiting `slot_wait_ms` for a concurrency slot); the scheduling lag is
+    `send_s - intended_send_s` minus that wait. `itl_ms` holds one gap per output token
+    after the first (`output_len - 1` values on success). A failed request carries
+    `error` (a message) and `error_kind` (a short reason used to group failures, e.g.
+    `http_500`, `timeout`, `connect`, `stream_broken`) and never enters latency or
+    throughput figures.
+    """
+
+    index: int
+    prompt_len: int
+    intended_send_s: float
+    send_s: float
+    slot_wait_ms: float = 0.0
+    output_len: int = 0
+    ttft_ms: float | None = None
+    itl_ms: list[float] = field(default_factory=list)
+    e2el_ms: float | None = None
+    error: str | None = None
+    error_kind: str | None = None
+    warmup: bool = False
+
+    @property
+    def success(self) -> bool:
+        return self.error is None and self.ttft_ms is not None
+
+    @property
+    def sched_lag_ms(self) -> float:
+        """How late the client sent this request beyond any concurrency-slot wait (ms)."""
+        return max(0.0, (self.send_s - self.intended_send_s) * 1000.0 - self.slot_wait_ms)
+
+    @property
+    def tpot_ms(self) -> float | None:
+        """(E2E - TTFT) / (output tokens - 1); None for one-token or failed requests."""
+        if not self.success or self.output_len < 2 or self.e2el_ms is None:
+            return None
+        assert self.ttft_ms is not None
+        return (self.e2el_ms - self.ttft_ms) / (self.output_len - 1)
