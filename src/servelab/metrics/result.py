@@ -1,0 +1,296 @@
+"""The one result schema: a bench run's figures, and its JSON form.
+
+`BenchResult` holds typed figures (latencies in ms, throughputs per second of run
+duration). `BenchResult.to_json_dict()` flattens them into the keys `vllm bench serve`
+writes, so scripts written for vLLM's result files read ours unchanged; servelab's own
+figures go under the single key ``"servelab"``. See docs/metrics.md for every key.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from servelab import __version__
+from servelab.errors import ServelabError
+from servelab.metrics.gpu import GpuSeries
+from servelab.metrics.result_file import load_result, load_results, write_result
+from servelab.metrics.scrape import ServerSeries
+
+__all__ = [
+    "METRIC_NAMES",
+    "BenchResult",
+    "ClientHealth",
+    "GoodputSLO",
+    "LagStats",
+    "LatencyStats",
+    "MetricName",
+    "PercentileValue",
+    "RequestDetails",
+    "RunInfo",
+    "SlotWaitStats",
+    "load_result",
+    "load_results",
+    "parse_metadata",
+    "write_result",
+]
+
+MetricName = Literal["ttft", "tpot", "itl", "e2el"]
+METRIC_NAMES: tuple[MetricName, ...] = ("ttft", "tpot", "itl", "e2el")
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class GoodputSLO(_Record):
+    """Service-level objectives for goodput (ms); a request is good when it meets each one
+    given (value <= SLO)."""
+
+    ttft_ms: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    tpot_ms: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    e2el_ms: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+
+    def as_ms_by_metric(self) -> dict[str, float]:
+        """The SLOs that are set, keyed by metric name (``ttft``, ``tpot``, ``e2el``)."""
+        pairs = (("ttft", self.ttft_ms), ("tpot", self.tpot_ms), ("e2el", self.e2el_ms))
+        return {name: value for name, value in pairs if value is not None}
+
+
+class PercentileValue(_Record):
+    """One percentile of a latency metric: `percentile` in [0, 100], `value_ms` in ms."""
+
+    percentile: float
+    value_ms: float
+
+    @property
+    def key_word(self) -> str:
+        """The percentile as vLLM spells it in keys: 99.0 -> "99", 99.9 -> "99.9"."""
+        p = self.percentile
+        return str(int(p)) if int(p) == p else str(p)
+
+
+class LatencyStats(_Record):
+    """Mean, median, population std and chosen percentiles of one latency metric (ms)."""
+
+    mean_ms: float
+    median_ms: float
+    std_ms: float
+    percentiles: tuple[PercentileValue, ...]
+
+
+class LagStats(_Record):
+    """Client scheduling lag over the measured requests (ms)."""
+
+    mean_ms: float
+    p99_ms: float
+    max_ms: float
+
+
+class SlotWaitStats(_Record):
+    """Time requests waited for a `--max-concurrency` slot (ms)."""
+
+    mean_ms: float
+    max_ms: float
+
+
+class ClientHealth(_Record):
+    """Whether the client kept to its own arrival schedule (see docs/metrics.md)."""
+
+    sched_lag: LagStats
+    slot_wait: SlotWaitStats
+    mean_intended_gap_ms: float | None
+    sched_lag_threshold_ms: float
+    client_fell_behind: bool
+
+
+class RequestDetails(_Record):
+    """Per-request lists, in request order (failed requests included, warm-ups not).
+
+    Units follow vLLM's detailed result: TTFT and ITL in seconds. A request with no first
+    token has TTFT 0.0 and a successful one has the error "" (vLLM's defaults).
+    """
+
+    input_lens: tuple[int, ...]
+    output_lens: tuple[int, ...]
+    ttfts_s: tuple[float, ...]
+    itls_s: tuple[tuple[float, ...], ...]
+    errors: tuple[str, ...]
+    error_kinds: tuple[str | None, ...]
+    sched_lags_ms: tuple[float, ...]
+    slot_waits_ms: tuple[float, ...]
+
+
+class RunInfo(_Record):
+    """What was run: vLLM's set-up and traffic keys plus servelab's seed and tokenizer.
+
+    `request_rate` is requests/s (``inf`` = all at once); `metadata` holds
+    ``--metadata KEY=VALUE`` pairs, merged into the JSON's top level as vLLM does.
+    """
+
+    date: str
+    backend: str
+    label: str | None = None
+    model_id: str
+    tokenizer_id: str
+    num_prompts: int
+    request_rate: float
+    burstiness: float = 1.0
+    max_concurrency: int | None = None
+    ramp_up_strategy: str | None = None
+    ramp_up_start_rps: float | None = None
+    ramp_up_end_rps: float | None = None
+    metadata: dict[str, str] = Field(default_factory=dict)
+    seed: int | None = None
+    tokenizer: str | None = None
+
+
+class BenchResult(_Record):
+    """A summarised bench run. Build it with `servelab.metrics.summary.summarize`, attach
+    run information with `with_run`, server/GPU series with `with_server`/`with_gpu`."""
+
+    duration_s: float
+    completed: int
+    failed: int
+    failed_by_reason: dict[str, int]
+    total_input_tokens: int
+    total_output_tokens: int
+    request_throughput: float
+    request_goodput: float | None
+    output_throughput: float
+    total_token_throughput: float
+    max_output_tokens_per_s: float
+    max_concurrent_requests: int
+    peak_in_flight_requests: int
+    ttft: LatencyStats
+    tpot: LatencyStats
+    itl: LatencyStats
+    e2el: LatencyStats
+    percentile_metrics: tuple[MetricName, ...]
+    goodput_slo: GoodputSLO | None
+    client: ClientHealth
+    details: RequestDetails
+    partial: bool = False
+    run: RunInfo | None = None
+    server: ServerSeries | None = None
+    gpu: GpuSeries | None = None
+
+    def latency(self, metric: MetricName) -> LatencyStats:
+        """The stats of one latency metric by name."""
+        return {"ttft": self.ttft, "tpot": self.tpot, "itl": self.itl, "e2el": self.e2el}[metric]
+
+    def with_run(self, run: RunInfo) -> BenchResult:
+        return self.model_copy(update={"run": run})
+
+    def with_server(self, server: ServerSeries) -> BenchResult:
+        return self.model_copy(update={"server": server})
+
+    def with_gpu(self, gpu: GpuSeries) -> BenchResult:
+        return self.model_copy(update={"gpu": gpu})
+
+    def as_partial(self) -> BenchResult:
+        """The same figures marked as from an interrupted run."""
+        return self.model_copy(update={"partial": True})
+
+    def to_json_dict(self, detailed: bool = False) -> dict[str, Any]:
+        """The result file's JSON object: vLLM's keys in vLLM's order, then ``servelab``.
+
+        `detailed` adds vLLM's per-request lists (``--save-detailed``) and servelab's
+        per-request scheduling lag and slot wait.
+        """
+        out: dict[str, Any] = {}
+        if self.run is not None:
+            _put_run_keys(out, self.run)
+        out["duration"] = self.duration_s
+        out["completed"] = self.completed
+        out["failed"] = self.failed
+        out["total_input_tokens"] = self.total_input_tokens
+        out["total_output_tokens"] = self.total_output_tokens
+        out["request_throughput"] = self.request_throughput
+        out["request_goodput"] = self.request_goodput
+        out["output_throughput"] = self.output_throughput
+        out["total_token_throughput"] = self.total_token_throughput
+        if detailed:
+            d = self.details
+            out["input_lens"] = list(d.input_lens)
+            out["output_lens"] = list(d.output_lens)
+            out["ttfts"] = list(d.ttfts_s)
+            out["itls"] = [list(x) for x in d.itls_s]
+            out["errors"] = list(d.errors)
+        out["max_output_tokens_per_s"] = self.max_output_tokens_per_s
+        out["max_concurrent_requests"] = self.max_concurrent_requests
+        for metric in METRIC_NAMES:
+            if metric in self.percentile_metrics:
+                _put_latency_keys(out, metric, self.latency(metric))
+        out["servelab"] = self._servelab_dict(detailed)
+        return out
+
+    def _servelab_dict(self, detailed: bool) -> dict[str, Any]:
+        c = self.client
+        extras: dict[str, Any] = {
+            "version": __version__,
+            "tokenizer": self.run.tokenizer if self.run else None,
+            "seed": self.run.seed if self.run else None,
+            "partial": self.partial,
+            "failed_by_reason": dict(self.failed_by_reason),
+            "goodput_slo_ms": self.goodput_slo.as_ms_by_metric() if self.goodput_slo else None,
+            "peak_in_flight_requests": self.peak_in_flight_requests,
+            "sched_lag_ms": {
+                "mean": c.sched_lag.mean_ms,
+                "p99": c.sched_lag.p99_ms,
+                "max": c.sched_lag.max_ms,
+            },
+            "slot_wait_ms": {"mean": c.slot_wait.mean_ms, "max": c.slot_wait.max_ms},
+            "mean_intended_gap_ms": c.mean_intended_gap_ms,
+            "sched_lag_threshold_ms": c.sched_lag_threshold_ms,
+            "client_fell_behind": c.client_fell_behind,
+            "server_metrics": self.server.to_json_dict() if self.server else None,
+            "gpu": self.gpu.to_json_dict() if self.gpu else None,
+        }
+        if detailed:
+            extras["sched_lags_ms"] = list(self.details.sched_lags_ms)
+            extras["slot_waits_ms"] = list(self.details.slot_waits_ms)
+            extras["error_kinds"] = list(self.details.error_kinds)
+        return extras
+
+
+def _put_run_keys(out: dict[str, Any], run: RunInfo) -> None:
+    # vLLM's order: set-up keys, then --metadata (which may overwrite them), then traffic.
+    out["date"] = run.date
+    out["endpoint_type"] = run.backend
+    out["backend"] = run.backend
+    out["label"] = run.label
+    out["model_id"] = run.model_id
+    out["tokenizer_id"] = run.tokenizer_id
+    out["num_prompts"] = run.num_prompts
+    for key, value in run.metadata.items():
+        out[key] = value
+    out["request_rate"] = "inf" if math.isinf(run.request_rate) else run.request_rate
+    out["burstiness"] = run.burstiness
+    out["max_concurrency"] = run.max_concurrency
+    if run.ramp_up_strategy is not None:
+        out["ramp_up_strategy"] = run.ramp_up_strategy
+        out["ramp_up_start_rps"] = run.ramp_up_start_rps
+        out["ramp_up_end_rps"] = run.ramp_up_end_rps
+
+
+def _put_latency_keys(out: dict[str, Any], metric: str, stats: LatencyStats) -> None:
+    out[f"mean_{metric}_ms"] = stats.mean_ms
+    out[f"median_{metric}_ms"] = stats.median_ms
+    out[f"std_{metric}_ms"] = stats.std_ms
+    for pv in stats.percentiles:
+        out[f"p{pv.key_word}_{metric}_ms"] = pv.value_ms
+
+
+def parse_metadata(items: list[str]) -> dict[str, str]:
+    """Parse ``--metadata KEY=VALUE ...`` (split at the first ``=``, both sides stripped)."""
+    parsed: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ServelabError(f"--metadata: {item!r} is not KEY=VALUE")
+        parsed[key.strip()] = value.strip()
+    return parsed
+

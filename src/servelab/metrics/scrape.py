@@ -1,0 +1,262 @@
+"""Sampling a target's Prometheus `/metrics` before, during and after a run.
+
+vLLM (current and older metric names) and SGLang expose the engine's queue, KV-cache and
+prefix-cache state there; `MetricsScraper` samples it on an interval and `ServerSeries`
+condenses the samples (peak KV usage, longest queue, preemptions and prefix-cache hit
+rate over the run). A target without `/metrics` is not an error: the series says
+`available=False` and why.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from typing import Any
+
+import aiohttp
+from prometheus_client.parser import text_string_to_metric_families
+
+from servelab.errors import ServelabError
+
+# Snapshot field -> sample names, in order of preference (the first present wins, so a
+# server exposing both a current and a deprecated name is not counted twice).
+_SOURCES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("num_requests_running", ("vllm:num_requests_running", "sglang:num_running_reqs")),
+    ("num_requests_waiting", ("vllm:num_requests_waiting", "sglang:num_queue_reqs")),
+    (
+        "kv_cache_usage_perc",
+        ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_usage"),
+    ),
+    ("num_preemptions_total", ("vllm:num_preemptions_total",)),
+    (
+        "prefix_cache_queries_total",
+        ("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total"),
+    ),
+    (
+        "prefix_cache_hits_total",
+        ("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total"),
+    ),
+    ("prompt_tokens_total", ("vllm:prompt_tokens_total", "sglang:prompt_tokens_total")),
+    (
+        "generation_tokens_total",
+        ("vllm:generation_tokens_total", "sglang:generation_tokens_total"),
+    ),
+    ("prefix_cache_hit_rate", ("sglang:cache_hit_rate",)),
+)
+# Fractions in [0, 1]: several engines' values are combined by max, not summed.
+_FRACTIONS = frozenset({"kv_cache_usage_perc", "prefix_cache_hit_rate"})
+
+
+@dataclass(frozen=True, slots=True)
+class ServerSnapshot:
+    """One reading of the server's state; None where the server does not expose it.
+
+    Counts and counters are summed over label sets (engines, models); the fractions
+    `kv_cache_usage_perc` (0..1, despite vLLM's name) and `prefix_cache_hit_rate`
+    (SGLang's gauge) take the maximum over label sets.
+    """
+
+    num_requests_running: float | None = None
+    num_requests_waiting: float | None = None
+    kv_cache_usage_perc: float | None = None
+    num_preemptions_total: float | None = None
+    prefix_cache_queries_total: float | None = None
+    prefix_cache_hits_total: float | None = None
+    prompt_tokens_total: float | None = None
+    generation_tokens_total: float | None = None
+    prefix_cache_hit_rate: float | None = None
+
+
+def parse_server_metrics(text: str, source: str = "<text>") -> ServerSnapshot:
+    """Read a `ServerSnapshot` from Prometheus exposition text (`source` names it in errors)."""
+    values: dict[str, list[float]] = {}
+    try:
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                values.setdefault(sample.name, []).append(float(sample.value))
+    except ValueError as exc:
+        raise ServelabError(f"{source}: not Prometheus text ({exc})") from exc
+    found: dict[str, float] = {}
+    for field_name, names in _SOURCES:
+        name = next((n for n in names if n in values), None)
+        if name is not None:
+            combine = max if field_name in _FRACTIONS else sum
+            found[field_name] = float(combine(values[name]))
+    return ServerSnapshot(**found)
+
+
+@dataclass(frozen=True, slots=True)
+class TimedSnapshot:
+    """A snapshot and when it was taken (`t_s`: seconds since the scraper's origin)."""
+
+    t_s: float
+    snapshot: ServerSnapshot
+
+
+def _values(samples: tuple[TimedSnapshot, ...], name: str) -> list[float]:
+    return [v for s in samples if (v := getattr(s.snapshot, name)) is not None]
+
+
+def _counter_delta(samples: tuple[TimedSnapshot, ...], name: str) -> float | None:
+    """Last minus first reading; None if absent, or if the counter went down (restart)."""
+    vals = _values(samples, name)
+    if not vals or vals[-1] < vals[0]:
+        return None
+    return vals[-1] - vals[0]
+
+
+@dataclass(frozen=True, slots=True)
+class ServerSeries:
+    """The samples of one run and what they add up to."""
+
+    url: str
+    available: bool
+    reason: str | None
+    failed_scrapes: int
+    samples: tuple[TimedSnapshot, ...]
+
+    @property
+    def peak_kv_cache_usage_perc(self) -> float | None:
+        vals = _values(self.samples, "kv_cache_usage_perc")
+        return max(vals) if vals else None
+
+    @property
+    def max_num_requests_waiting(self) -> float | None:
+        vals = _values(self.samples, "num_requests_waiting")
+        return max(vals) if vals else None
+
+    @property
+    def max_num_requests_running(self) -> float | None:
+        vals = _values(self.samples, "num_requests_running")
+        return max(vals) if vals else None
+
+    @property
+    def preemptions_delta(self) -> float | None:
+        return _counter_delta(self.samples, "num_preemptions_total")
+
+    @property
+    def prompt_tokens_delta(self) -> float | None:
+        return _counter_delta(self.samples, "prompt_tokens_total")
+
+    @property
+    def generation_tokens_delta(self) -> float | None:
+        return _counter_delta(self.samples, "generation_tokens_total")
+
+    @property
+    def prefix_cache_hit_rate(self) -> float | None:
+        """Hits / queries over the run (counter deltas); None when nothing was queried."""
+        queries = _counter_delta(self.samples, "prefix_cache_queries_total")
+        hits = _counter_delta(self.samples, "prefix_cache_hits_total")
+        if queries is None or hits is None or queries <= 0:
+            return None
+        return hits / queries
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """Summary figures plus the series column by column (one list per field)."""
+        names = [f.name for f in fields(ServerSnapshot)]
+        return {
+            "url": self.url,
+            "available": self.available,
+            "reason": self.reason,
+            "failed_scrapes": self.failed_scrapes,
+            "peak_kv_cache_usage_perc": self.peak_kv_cache_usage_perc,
+            "max_num_requests_waiting": self.max_num_requests_waiting,
+            "max_num_requests_running": self.max_num_requests_running,
+            "preemptions_delta": self.preemptions_delta,
+            "prefix_cache_hit_rate": self.prefix_cache_hit_rate,
+            "prompt_tokens_delta": self.prompt_tokens_delta,
+            "generation_tokens_delta": self.generation_tokens_delta,
+            "series": {
+                "t_s": [s.t_s for s in self.samples],
+                **{n: [getattr(s.snapshot, n) for s in self.samples] for n in names},
+            },
+        }
+
+
+class MetricsScraper:
+    """Samples ``{base_url}/metrics`` every `interval_s` seconds during a run.
+
+    Times are seconds since `origin_s` on `clock` (default: the clock's reading at
+    construction); pass the run's start on the same clock to line samples up with
+    request records. A 404 means the target has no `/metrics`: sampling stops.
+    """
+
+    def __init__(
+        self,
+        session: aiohttp.ClientSession,
+        base_url: str,
+        interval_s: float = 1.0,
+        *,
+        timeout_s: float = 5.0,
+        clock: Callable[[], float] = time.perf_counter,
+        origin_s: float | None = None,
+    ) -> None:
+        if not interval_s > 0:
+            raise ServelabError(f"metrics scrape interval must be > 0 s, got {interval_s}")
+        self._session = session
+        self._url = base_url.rstrip("/") + "/metrics"
+        self._interval_s = interval_s
+        self._timeout = aiohttp.ClientTimeout(total=timeout_s)
+        self._clock = clock
+        self._origin_s = clock() if origin_s is None else origin_s
+        self._samples: list[TimedSnapshot] = []
+        self._failed = 0
+        self._reason: str | None = None
+        self._missing = False
+
+    @property
+    def url(self) -> str:
+        return self._url
+
+    async def scrape_once(self) -> ServerSnapshot | None:
+        """Take one sample; None (with the reason kept for `series()`) if it failed."""
+        t_s = self._clock() - self._origin_s
+        try:
+            async with self._session.get(self._url, timeout=self._timeout) as resp:
+                if resp.status == 404:
+                    self._missing = True
+                    return self._fail(f"{self._url}: HTTP 404, the target has no /metrics")
+                if resp.status != 200:
+                    return self._fail(f"{self._url}: HTTP {resp.status}")
+                text = await resp.text()
+        except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
+            return self._fail(f"{self._url}: cannot fetch ({type(exc).__name__}: {exc})")
+        try:
+            snapshot = parse_server_metrics(text, source=self._url)
+        except ServelabError as exc:
+            return self._fail(str(exc))
+        self._samples.append(TimedSnapshot(t_s=t_s, snapshot=snapshot))
+        return snapshot
+
+    def _fail(self, reason: str) -> None:
+        self._failed += 1
+        self._reason = reason
+        return None
+
+    async def run(self, stop_event: asyncio.Event) -> None:
+        """Sample now, then every `interval_s` until `stop_event` is set, then once more."""
+        next_due = self._clock()
+        while not stop_event.is_set():
+            await self.scrape_once()
+            if self._missing:
+                return
+            next_due += self._interval_s
+            delay = max(0.0, next_due - self._clock())
+            try:
+                await asyncio.wait_for(stop_event.wait(), timeout=delay)
+            except asyncio.TimeoutError:
+                continue
+        await self.scrape_once()
+
+    def series(self) -> ServerSeries:
+        """The samples so far. `reason` is set when no sample succeeded, or notes the
+        last failure when some did."""
+        return ServerSeries(
+            url=self._url,
+            available=bool(self._samples),
+            reason=self._reason,
+            failed_scrapes=self._failed,
+            samples=tuple(self._samples),
+        )
