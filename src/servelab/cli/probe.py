@@ -1,0 +1,65 @@
+"""`servelab probe`: the GPUs of this machine and the links between them."""
+
+from __future__ import annotations
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from servelab.hardware.probe import ProbeResult, probe
+
+
+def _show(value: object, unit: str = "") -> str:
+    return "-" if value is None else f"{value}{unit}"
+
+
+def _render(result: ProbeResult, console: Console) -> None:
+    if not result.gpus:
+        console.print(result.message or "no GPU")
+        for note in result.notes:
+            console.print(f"  [dim]{note}[/]", highlight=False)
+        return
+    table = Table(title=f"GPUs (via {result.source})")
+    for column in ("#", "name", "catalog", "CC", "FP8", "memory used/total MiB", "P-state",
+                   "util", "power W", "driver", "CUDA"):
+        table.add_column(column)
+    for gpu in result.gpus:
+        fp8 = {True: "yes", False: "no", None: "-"}[gpu.fp8_supported]
+        power = f"{_show(gpu.power_w)} / {_show(gpu.power_limit_w)}"
+        memory = f"{_show(gpu.memory_used_mib)} / {_show(gpu.memory_total_mib)}"
+        table.add_row(
+            str(gpu.index), gpu.name, _show(gpu.catalog_name), _show(gpu.compute_capability), fp8,
+            memory, _show(gpu.pstate), _show(gpu.utilization_pct, "%"), power,
+            _show(gpu.driver_version), _show(gpu.cuda_version),
+        )
+    console.print(table)
+    topo = result.topology
+    if topo is not None and topo.gpu_count > 1:
+        matrix = Table(title=f"GPU links (nvidia-smi topo -m): {topo.summary}")
+        matrix.add_column("")
+        for i in range(topo.gpu_count):
+            matrix.add_column(f"GPU{i}")
+        for i, row in enumerate(topo.matrix):
+            matrix.add_row(f"GPU{i}", *row)
+        console.print(matrix)
+    for note in result.notes:
+        console.print(f"[dim]{note}[/]", highlight=False)
+
+
+def probe_command(
+    json_out: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+) -> None:
+    """Show this machine's NVIDIA GPUs (NVML, else nvidia-smi) and the links between them.
+
+    With no GPU it prints "no NVIDIA GPU found" and exits 0.
+    """
+    result = probe()
+    if json_out:
+        typer.echo(result.model_dump_json(indent=2))
+    else:
+        _render(result, Console())
+
+
+def register(app: typer.Typer) -> None:
+    """Add `servelab probe` to the CLI."""
+    app.command("probe")(probe_command)
