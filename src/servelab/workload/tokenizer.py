@@ -1,0 +1,125 @@
+"""Tokenizers that count prompt and output tokens: a tokenizer.json, a model dir, or built-in.
+
+Counts exclude special tokens a tokenizer's post-processor would add (a BOS, for example):
+they measure the text itself, the way vLLM's random dataset counts. A server's reported
+`prompt_tokens` can therefore exceed `prompt_len` by the template's and BOS's tokens.
+"""
+
+from __future__ import annotations
+
+import gzip
+import importlib.resources
+import importlib.util
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from tokenizers import Tokenizer
+
+from servelab.errors import ServelabError
+
+BUILTIN_NAME = "servelab-bpe-32k"
+_BUILTIN_FILE = f"{BUILTIN_NAME}.json.gz"
+
+
+@dataclass(frozen=True, slots=True)
+class TokenizerInfo:
+    """Which tokenizer counted a workload's tokens.
+
+    `name` is what the user passed (or the built-in's name), `source` where the tokenizer was
+    read from (a path, or `builtin:<file>`), `vocab_size` its vocabulary including added tokens.
+    """
+
+    name: str
+    source: str
+    vocab_size: int
+
+
+class TokenizerHandle:
+    """A loaded tokenizer: encode, decode and count without special tokens."""
+
+    def __init__(self, tokenizer: Tokenizer, info: TokenizerInfo) -> None:
+        self._tok = tokenizer
+        self.info = info
+
+    def encode(self, text: str) -> list[int]:
+        return self._tok.encode(text, add_special_tokens=False).ids
+
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        return [e.ids for e in self._tok.encode_batch(list(texts), add_special_tokens=False)]
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self._tok.decode(list(ids), skip_special_tokens=False)
+
+    def count(self, text: str) -> int:
+        """Number of tokens in `text`."""
+        return len(self.encode(text))
+
+    def special_ids(self) -> set[int]:
+        """Ids of the added/special tokens (never used to build synthetic text)."""
+        return {tok_id for tok_id, added in self._tok.get_added_tokens_decoder().items()
+                if added.special}
+
+    def decode_each(self, ids: Sequence[int]) -> list[str]:
+        """The text of each id on its own."""
+        return self._tok.decode_batch([[i] for i in ids], skip_special_tokens=False)
+
+
+def _from_file(path: Path, name: str) -> TokenizerHandle:
+    try:
+        tok = Tokenizer.from_file(str(path))
+    except Exception as exc:  # the Rust loader raises a bare Exception on bad JSON
+        raise ServelabError(f"--tokenizer {name}: {path} is not a valid tokenizer.json ({exc})")
+    return TokenizerHandle(tok, TokenizerInfo(name, str(path), tok.get_vocab_size()))
+
+
+def _builtin() -> TokenizerHandle:
+    resource = importlib.resources.files("servelab").joinpath("data", _BUILTIN_FILE)
+    raw = gzip.decompress(resource.read_bytes()).decode("utf-8")
+    tok = Tokenizer.from_str(raw)
+    return TokenizerHandle(
+        tok, TokenizerInfo(BUILTIN_NAME, f"builtin:{_BUILTIN_FILE}", tok.get_vocab_size())
+    )
+
+
+def _from_hf_cache(spec: str) -> TokenizerHandle:
+    """A Hugging Face name, found only in the local cache (servelab never downloads)."""
+    if importlib.util.find_spec("transformers") is None:
+        raise ServelabError(
+            f"--tokenizer {spec}: no such file or directory, and transformers is not installed "
+            "to look it up as a Hugging Face name; pass a tokenizer.json or a model directory "
+            "holding one (or pip install transformers)"
+        )
+    from huggingface_hub import try_to_load_from_cache
+
+    found = try_to_load_from_cache(spec, "tokenizer.json")
+    if not isinstance(found, str):
+        raise ServelabError(
+            f"--tokenizer {spec}: not a file or directory, and the Hugging Face cache holds no "
+            f"tokenizer.json for '{spec}' (servelab does not download); pass a tokenizer.json "
+            "or a model directory"
+        )
+    return _from_file(Path(found), spec)
+
+
+def load_tokenizer(spec: str | None) -> TokenizerHandle:
+    """Load the tokenizer named by `--tokenizer`.
+
+    `spec` is a tokenizer.json path, a model directory holding tokenizer.json, or a Hugging Face
+    name already in the local cache (needs transformers). None gives the built-in
+    `servelab-bpe-32k`. Raises ServelabError naming the spec and what was looked for.
+    """
+    if spec is None:
+        return _builtin()
+    path = Path(spec).expanduser()
+    if path.is_dir():
+        candidate = path / "tokenizer.json"
+        if not candidate.is_file():
+            raise ServelabError(
+                f"--tokenizer {spec}: the directory holds no tokenizer.json "
+                "(servelab reads Hugging Face fast-tokenizer files)"
+            )
+        return _from_file(candidate, spec)
+    if path.is_file():
+        return _from_file(path, spec)
+    return _from_hf_cache(spec)
