@@ -1,0 +1,194 @@
+"""`servelab plan`: memory budget, KV pool, ceilings and what-if arms for a model on a GPU."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+from dataclasses import asdict
+from typing import Any, NoReturn, Optional
+
+import typer
+from pydantic import ValidationError
+from rich.console import Console
+from rich.table import Table
+
+from servelab.errors import ServelabError
+from servelab.hardware.catalog import get_gpu
+from servelab.models import load_model
+from servelab.plan import EngineArgs, plan_memory
+from servelab.plan.compare import Arm, ArmReading, read_arm, verdict
+from servelab.plan.roofline import decode_ceiling_tok_s, decode_step, mbu, prefill_time_s
+
+_ARG_FLAGS = {  # flag -> (EngineArgs field, type)
+    "--tensor-parallel-size": ("tensor_parallel_size", int),
+    "--pipeline-parallel-size": ("pipeline_parallel_size", int),
+    "--replicas": ("data_parallel_size", int),
+    "--data-parallel-size": ("data_parallel_size", int),
+    "--gpu-memory-utilization": ("gpu_memory_utilization", float),
+    "--max-model-len": ("max_model_len", int),
+    "--max-num-seqs": ("max_num_seqs", int),
+    "--max-num-batched-tokens": ("max_num_batched_tokens", int),
+    "--block-size": ("block_size", int),
+    "--kv-cache-dtype": ("kv_cache_dtype", str),
+}
+
+
+class _ArmParser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise ServelabError(f"{self.prog}: {message}")
+
+
+def _engine_args(values: dict[str, Any], where: str) -> EngineArgs:
+    try:
+        return EngineArgs(**{k: v for k, v in values.items() if v is not None})
+    except ValidationError as exc:
+        problems = "; ".join(f"--{'-'.join(str(p) for p in e['loc']).replace('_', '-')}: "
+                             f"{e['msg']}" for e in exc.errors())
+        raise ServelabError(f"{where}: {problems}") from None
+
+
+def _arm(spec: str, base: dict[str, Any]) -> Arm:
+    name, sep, rest = spec.partition(":")
+    if not sep or not name.strip():
+        raise ServelabError(f"--what-if {spec!r}: expected 'NAME: --flag value ...'")
+    parser = _ArmParser(prog=f"--what-if {name.strip()}", add_help=False)
+    parser.add_argument("--model")
+    parser.add_argument("--gpu")
+    parser.add_argument("--quantization")
+    for flag, (dest, kind) in _ARG_FLAGS.items():
+        parser.add_argument(flag, dest=dest, type=kind)
+    parsed = vars(parser.parse_args(shlex.split(rest)))
+    values = {**base, **{k: v for k, v in parsed.items() if v is not None}}
+    return _build_arm(name.strip(), values, f"--what-if {name.strip()}")
+
+
+def _build_arm(name: str, values: dict[str, Any], where: str) -> Arm:
+    fields = {k: v for k, v in values.items() if k not in ("model", "gpu", "quantization")}
+    args = _engine_args({**fields, "quantization": values.get("quantization")}, where)
+    model = load_model(values["model"], values.get("quantization"))
+    return Arm(name, model, get_gpu(values["gpu"]), args)
+
+
+def _reading_row(r: ArmReading) -> dict[str, Any]:
+    m = r.memory
+    return {"arm": r.name, "gpus": r.gpus, "replicas": r.replicas,
+            "tensor_parallel_size": m.tensor_parallel_size, "weights_gib": m.weights_gib,
+            "kv_cache_gib": m.kv_cache_gib, "kv_cache_tokens": m.kv_cache_tokens,
+            "requests_per_replica": r.requests_per_replica,
+            "batch_per_replica": r.batch_per_replica, "holds_target": r.holds_target,
+            "step_ms": r.step_ms, "decode_tok_s": r.decode_tok_s, "tok_per_gpu_s": r.tok_per_gpu_s,
+            "decode_ceiling_tok_s": r.decode_ceiling_tok_s, "binding": r.binding}
+
+
+def _render(out: dict[str, Any], console: Console) -> None:
+    p = out["plan"]
+    table = Table(title=f"{p['model']} ({p['weight_format']}) on {p['gpu']}: per GPU, "
+                        f"TP {p['tensor_parallel_size']} PP {p['pipeline_parallel_size']}")
+    table.add_column("figure")
+    table.add_column("value", justify="right")
+    rows = [("budget GiB (CUDA total x util)", f"{p['budget_gib']:.2f}"),
+            ("weights GiB", f"{p['weights_gib']:.2f}"),
+            ("activation peak GiB (est.)", f"{p['activation_gib']:.2f}"),
+            ("non-torch GiB (est.)", f"{p['non_torch_gib']:.2f}"),
+            ("CUDA graphs GiB (est., outside budget)", f"{p['cuda_graph_gib']:.2f}"),
+            ("available KV cache GiB", f"{p['kv_cache_gib']:.2f}"),
+            ("KV bytes/token (model / per GPU)",
+             f"{p['kv_bytes_per_token']:,} / {p['kv_bytes_per_token_per_gpu']:,}"),
+            ("KV cache tokens", f"{p['kv_cache_tokens']:,}"),
+            (f"max concurrency for {p['max_model_len']:,} tokens", f"{p['max_concurrency']:.2f}x"),
+            ("max_num_seqs / max_num_batched_tokens",
+             f"{p['max_num_seqs']} / {p['max_num_batched_tokens']}"),
+            ("decode ceiling, 1 request (tok/s)", f"{out['decode_ceiling_tok_s']:.1f}")]
+    if "step" in out:
+        s = out["step"]
+        rows.append((f"decode step, batch {s['batch']} at {s['context']:,} tokens",
+                     f"{s['total_s'] * 1e3:.2f} ms ({s['bound']}-bound)"))
+    if "mbu" in out:
+        rows.append(("MBU", f"{out['mbu']:.1%}"))
+    for row in rows:
+        table.add_row(*row)
+    console.print(table)
+    colour = "green" if p["fits"] else "red"
+    console.print(f"[{colour}]{p['reason']}[/]", highlight=False)
+    if out.get("what_if"):
+        arms = Table(title=f"what-if at {out['target_concurrency']} requests of "
+                           f"{out['context']:,} tokens")
+        for col in ("arm", "GPUs", "KV tokens/replica", "requests/replica", "batch/replica",
+                    "step ms", "tok/s", "tok/GPU-s", "1-req tok/s", "binds"):
+            arms.add_column(col)
+        for r in out["what_if"]:
+            arms.add_row(r["arm"], str(r["gpus"]), f"{r['kv_cache_tokens']:,}",
+                         str(r["requests_per_replica"]), str(r["batch_per_replica"]),
+                         f"{r['step_ms']:.2f}", f"{r['decode_tok_s']:.0f}",
+                         f"{r['tok_per_gpu_s']:.0f}", f"{r['decode_ceiling_tok_s']:.1f}",
+                         r["binding"])
+        console.print(arms)
+        for line in out["verdict"]:
+            console.print(line, highlight=False)
+
+
+def plan_command(
+    model: str = typer.Option(..., "--model", help="Catalog name, alias (+ -AWQ/-FP8/...) or config.json path."),
+    gpu: str = typer.Option(..., "--gpu", help="GPU catalog name (H200, L40S, H100, ...)."),
+    quantization: Optional[str] = typer.Option(None, "--quantization", help="awq, gptq, fp8, int8/w8a8."),
+    tensor_parallel_size: int = typer.Option(1, "--tensor-parallel-size"),
+    pipeline_parallel_size: int = typer.Option(1, "--pipeline-parallel-size"),
+    replicas: int = typer.Option(1, "--replicas", help="Replicas (vLLM --data-parallel-size)."),
+    gpu_memory_utilization: float = typer.Option(0.92, "--gpu-memory-utilization", help="vLLM 0.25 default 0.92 (0.9 before)."),
+    max_model_len: Optional[int] = typer.Option(None, "--max-model-len", help="Default: the model's."),
+    max_num_seqs: Optional[int] = typer.Option(None, "--max-num-seqs", help="Default: vLLM's per-GPU default."),
+    max_num_batched_tokens: Optional[int] = typer.Option(None, "--max-num-batched-tokens"),
+    block_size: int = typer.Option(16, "--block-size"),
+    kv_cache_dtype: str = typer.Option("auto", "--kv-cache-dtype", help="auto or fp8."),
+    batch: Optional[int] = typer.Option(None, "--batch", help="Decode batch for the step time / MBU."),
+    context: int = typer.Option(1024, "--context", help="Context tokens per request (step time, what-if, MBU)."),
+    prefill_tokens: Optional[int] = typer.Option(None, "--prefill-tokens", help="Also time a prefill of N tokens."),
+    what_if: Optional[list[str]] = typer.Option(None, "--what-if", help="'NAME: --flag value ...' (repeatable); compares arms."),
+    target_concurrency: int = typer.Option(32, "--target-concurrency", help="Concurrent requests the what-if verdict aims at."),
+    mbu_flag: bool = typer.Option(False, "--mbu", help="Turn --tpot-ms at --batch/--context into MBU."),
+    tpot_ms: Optional[float] = typer.Option(None, "--tpot-ms", help="Measured TPOT for --mbu."),
+    json_out: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+) -> None:
+    """Plan vLLM's memory budget, KV pool, maximum concurrency and decode ceilings (per GPU)."""
+    base: dict[str, Any] = {
+        "model": model, "gpu": gpu, "quantization": quantization,
+        "tensor_parallel_size": tensor_parallel_size, "pipeline_parallel_size": pipeline_parallel_size,
+        "data_parallel_size": replicas, "gpu_memory_utilization": gpu_memory_utilization,
+        "max_model_len": max_model_len, "max_num_seqs": max_num_seqs,
+        "max_num_batched_tokens": max_num_batched_tokens, "block_size": block_size,
+        "kv_cache_dtype": kv_cache_dtype}
+    arm = _build_arm("base", base, "servelab plan")
+    mem = plan_memory(arm.model, arm.gpu, arm.args)
+    out: dict[str, Any] = {"plan": mem.model_dump()}
+    out.update({k: getattr(mem, k) for k in ("weights_gib", "kv_bytes_per_token", "kv_cache_gib",
+                                              "kv_cache_tokens", "max_concurrency", "fits")})
+    out["total_params"] = arm.model.total_params
+    out["active_params"] = arm.model.active_params
+    out["decode_ceiling_tok_s"] = decode_ceiling_tok_s(arm.model, arm.gpu, arm.args, context)
+    if batch is not None:
+        step = decode_step(arm.model, arm.gpu, arm.args, batch, context)
+        out["step"] = {"batch": batch, "context": context, **asdict(step), "bound": step.bound}
+    if prefill_tokens is not None:
+        out["prefill_time_s"] = prefill_time_s(arm.model, arm.gpu, arm.args, prefill_tokens)
+    if mbu_flag:
+        if tpot_ms is None or batch is None:
+            raise ServelabError("--mbu needs --tpot-ms and --batch (and --context)")
+        if tpot_ms <= 0:
+            raise ServelabError(f"--tpot-ms must be positive, got {tpot_ms}")
+        out["mbu"] = mbu(arm.model, arm.gpu, arm.args, tpot_ms, batch, context)
+    if what_if:
+        readings = [read_arm(a, target_concurrency, context)
+                    for a in [arm, *(_arm(spec, base) for spec in what_if)]]
+        out["target_concurrency"] = target_concurrency
+        out["context"] = context
+        out["what_if"] = [_reading_row(r) for r in readings]
+        out["verdict"] = verdict(readings, target_concurrency)
+    if json_out:
+        typer.echo(json.dumps(out, indent=2, default=float))
+    else:
+        _render(out, Console())
+
+
+def register(app: typer.Typer) -> None:
+    app.command("plan")(plan_command)

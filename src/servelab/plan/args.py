@@ -1,0 +1,78 @@
+"""EngineArgs: the vLLM arguments the planner reads, with vLLM's names and defaults.
+
+Defaults follow vLLM 0.25 (the version of the recorded H200 startup logs):
+- `gpu_memory_utilization` 0.92: vLLM 0.25's `CacheConfig` default (it was 0.9 before). The
+  logs need it: on the H200 (CUDA total 139.80 GiB) weights 27.52 + KV 99.27 GiB = 126.79 GiB
+  is more than 0.9 x 139.80 = 125.82 GiB, and matches 0.92 x 139.80 = 128.62 minus ~1.8 GiB
+  of activations and non-torch memory. Pass 0.9 to plan for older vLLM.
+- `max_num_seqs` / `max_num_batched_tokens` None = vLLM's per-device defaults for
+  `vllm serve`: 1024 / 8192 on GPUs with >= 70 GiB that are not A100, else 256 / 2048
+  (`EngineArgs.get_batch_defaults`); the logs show 8192 and capture sizes up to 512 on H200.
+  The token budget is then capped at max_num_seqs x max_model_len.
+- `max_model_len` None = the model's `max_position_embeddings`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from servelab.hardware.catalog import GPUSpec
+from servelab.models.geometry import ModelGeometry
+
+LARGE_GPU_GIB = 70
+VLLM_DEFAULT_GPU_MEMORY_UTILIZATION = 0.92
+
+
+class EngineArgs(BaseModel):
+    """vLLM engine arguments relevant to memory and speed (vLLM's names; extra keys rejected).
+
+    `data_parallel_size` is the number of replicas (vLLM's `--data-parallel-size`).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    tensor_parallel_size: int = Field(1, ge=1)
+    pipeline_parallel_size: int = Field(1, ge=1)
+    data_parallel_size: int = Field(1, ge=1)
+    gpu_memory_utilization: float = Field(VLLM_DEFAULT_GPU_MEMORY_UTILIZATION, gt=0, le=1)
+    max_model_len: int | None = Field(None, ge=1)
+    max_num_seqs: int | None = Field(None, ge=1)
+    max_num_batched_tokens: int | None = Field(None, ge=1)
+    block_size: int = Field(16, ge=1)
+    kv_cache_dtype: Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16", "float16"] = "auto"
+    enable_prefix_caching: bool = True
+    enforce_eager: bool = False
+    quantization: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedLimits:
+    """The scheduler limits vLLM settles on for one model on one GPU."""
+
+    max_model_len: int
+    max_num_seqs: int
+    max_num_batched_tokens: int
+
+
+def resolve_limits(model: ModelGeometry, gpu: GPUSpec, args: EngineArgs) -> ResolvedLimits:
+    """Fill vLLM's device-dependent defaults (see the module docstring)."""
+    max_model_len = args.max_model_len or model.max_position_embeddings
+    large = (gpu.cuda_total_bytes >= LARGE_GPU_GIB * 2**30 and "a100" not in gpu.name.lower())
+    default_tokens, default_seqs = (8192, 1024) if large else (2048, 256)
+    seqs = args.max_num_seqs or default_seqs
+    if args.max_num_batched_tokens is not None:
+        tokens = args.max_num_batched_tokens
+    else:
+        tokens = min(seqs * max_model_len, default_tokens)
+    return ResolvedLimits(max_model_len, seqs, tokens)
+
+
+def cudagraph_capture_sizes(max_num_seqs: int) -> tuple[int, ...]:
+    """vLLM's default decode batch sizes captured as CUDA graphs: 1, 2, 4, then steps of 8
+    to 256 and of 16 to the cap min(2 x max_num_seqs, 512) (as the 0.25.1 logs list)."""
+    cap = min(2 * max_num_seqs, 512)
+    sizes = [1, 2, 4, *range(8, 256, 8), *range(256, 513, 16)]
+    return tuple(s for s in sizes if s <= cap)

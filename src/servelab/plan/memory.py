@@ -1,0 +1,177 @@
+"""The engine's memory budget per GPU, the KV pool and the maximum concurrency (vLLM's way).
+
+    budget    = CUDA total x gpu_memory_utilization        (CUDA total = nvidia-smi total
+                                                             - driver-reserved memory)
+    available = budget - weights - activation peak - non-torch memory
+    blocks    = floor(available / (KV bytes per token per GPU x block_size))
+    tokens    = blocks x block_size;   max concurrency = tokens / max_model_len
+
+vLLM 0.25.1 captures CUDA graphs after the KV cache is allocated (the logs print the KV size
+first, then "Graph capturing ... took 0.90 GiB"), so graph memory is estimated and reported
+but not subtracted. The activation and non-torch terms are a model calibrated on the
+recorded logs (docs/planner.md): non-torch 0.9 GiB (+0.25 GiB with several GPUs, not
+calibrated) and a profile peak of max(max_num_batched_tokens x per-token activation bytes,
+max_num_seqs x vocab x 4 B of fp32 logits).
+"""
+
+from __future__ import annotations
+
+import math
+
+from pydantic import BaseModel, ConfigDict
+
+from servelab.hardware.catalog import GPUSpec
+from servelab.models.costs import kv_bytes_for_context, kv_bytes_per_token_per_gpu
+from servelab.models.geometry import ModelGeometry
+from servelab.models.weights import weight_bytes_per_gpu
+from servelab.plan.args import EngineArgs, cudagraph_capture_sizes, resolve_limits
+
+GIB = 2**30
+NON_TORCH_GIB = 0.9
+MULTI_GPU_NON_TORCH_GIB = 0.25
+GRAPH_BASE_GIB = 0.0574
+GRAPH_PER_SIZE_LAYER_GIB = 0.000413
+LOGITS_BYTES = 4
+
+
+class MemoryPlan(BaseModel):
+    """The planner's memory figures for one GPU of one replica (GiB unless named)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    model: str
+    gpu: str
+    weight_format: str
+    tensor_parallel_size: int
+    pipeline_parallel_size: int
+    data_parallel_size: int
+    gpu_memory_utilization: float
+    total_gib: float
+    cuda_total_gib: float
+    budget_gib: float
+    weights_gib: float
+    activation_gib: float
+    non_torch_gib: float
+    cuda_graph_gib: float
+    kv_cache_gib: float
+    kv_bytes_per_token: int
+    kv_bytes_per_token_per_gpu: int
+    block_size: int
+    num_gpu_blocks: int
+    kv_cache_tokens: int
+    max_model_len: int
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    max_concurrency: float
+    fits: bool
+    reason: str
+
+
+def kv_tokens_from_available(model: ModelGeometry, args: EngineArgs, available_gib: float) -> int:
+    """KV tokens vLLM makes of `available_gib` per GPU: whole blocks, floored."""
+    per_token = kv_bytes_per_token_per_gpu(model, args.kv_cache_dtype, args.tensor_parallel_size,
+                                           args.pipeline_parallel_size)
+    blocks = math.floor(available_gib * GIB / (per_token * args.block_size))
+    return max(blocks, 0) * args.block_size
+
+
+def kv_tokens_range_from_logged(model: ModelGeometry, args: EngineArgs,
+                                logged_gib: float, decimals: int = 2) -> tuple[int, int]:
+    """The KV tokens consistent with a GiB figure the log rounded to `decimals` places:
+    (lowest, highest) over [logged - half a unit, logged + half a unit)."""
+    half = 0.5 * 10.0 ** -decimals
+    low = kv_tokens_from_available(model, args, logged_gib - half)
+    high = kv_tokens_from_available(model, args, logged_gib + half - 1e-12)
+    return low, high
+
+
+def loaded_weights_bytes(model: ModelGeometry, args: EngineArgs) -> int:
+    """What vLLM's "Model loading took" counts on one GPU: the checkpoint's share plus the
+    rotary cos/sin table (max_position x rotary dim, 16 bit) and, for AWQ with zero points,
+    the fp16 zeros its mixed-precision kernels keep instead of the packed 4-bit ones."""
+    tp, pp = args.tensor_parallel_size, args.pipeline_parallel_size
+    held = weight_bytes_per_gpu(model, tp, pp)
+    rotary = model.qk_rope_head_dim if model.is_mla else model.head_dim
+    held += model.max_position_embeddings * rotary * 2
+    if model.weight_format == "awq" and model.quant_zero_point:
+        groups = sum(math.ceil(s.in_features / model.quant_group_size) * s.out_features * s.count
+                     for s in model.linear_shapes())
+        held += int(1.5 * groups / tp * math.ceil(model.layers / pp) / model.layers)
+    return held
+
+
+def activation_bytes(model: ModelGeometry, args: EngineArgs, max_num_batched_tokens: int,
+                     max_num_seqs: int) -> int:
+    """Peak of vLLM's profiling forward pass: MLP intermediates of the token budget, or the
+    fp32 logits of one sampling step, whichever is larger."""
+    tp, nbytes = args.tensor_parallel_size, model.activation_dtype_bytes
+    per_token = 3 * model.intermediate / tp + 2 * model.hidden if (
+        not model.is_moe or model.dense_layers) else 0.0
+    if model.is_moe:
+        width = model.moe_intermediate / tp
+        per_token = max(per_token, model.experts_per_token * (3 * width + model.hidden))
+    forward = max_num_batched_tokens * per_token * nbytes
+    sampler = max_num_seqs * model.vocab * LOGITS_BYTES
+    return int(max(forward, sampler))
+
+
+def cuda_graph_bytes(model: ModelGeometry, args: EngineArgs, max_num_seqs: int) -> int:
+    """CUDA-graph pool estimate: fitted to the 0.25.1 logs (0.90 GiB for 51 sizes, 0.14 GiB
+    for 5, Qwen3-14B's 40 layers), scaled by capture sizes x layers on the GPU."""
+    if args.enforce_eager:
+        return 0
+    sizes = len(cudagraph_capture_sizes(max_num_seqs))
+    layers = math.ceil(model.layers / args.pipeline_parallel_size)
+    return int((GRAPH_BASE_GIB + GRAPH_PER_SIZE_LAYER_GIB * sizes * layers) * GIB)
+
+
+def plan_memory(model: ModelGeometry, gpu: GPUSpec, args: EngineArgs) -> MemoryPlan:
+    """The memory plan of one GPU for `model` on `gpu` with `args` (see module docstring)."""
+    limits = resolve_limits(model, gpu, args)
+    tp, pp = args.tensor_parallel_size, args.pipeline_parallel_size
+    cuda_total = gpu.cuda_total_bytes
+    budget = math.ceil(cuda_total * args.gpu_memory_utilization)
+    weights = loaded_weights_bytes(model, args)
+    act = activation_bytes(model, args, limits.max_num_batched_tokens, limits.max_num_seqs)
+    non_torch = NON_TORCH_GIB * GIB + (MULTI_GPU_NON_TORCH_GIB * GIB if tp * pp > 1 else 0)
+    available = max(budget - weights - act - non_torch, 0.0)
+    per_token_gpu = kv_bytes_per_token_per_gpu(model, args.kv_cache_dtype, tp, pp)
+    blocks = int(available // (per_token_gpu * args.block_size))
+    tokens = blocks * args.block_size
+    if model.sliding_layers:
+        per_request = kv_bytes_for_context(model, limits.max_model_len, args.kv_cache_dtype)
+        per_request_gpu = per_request * per_token_gpu / model.kv_bytes_per_token(args.kv_cache_dtype)
+        concurrency = tokens * per_token_gpu / per_request_gpu
+    else:
+        concurrency = tokens / limits.max_model_len
+    fits, reason = _verdict(model, limits.max_model_len, budget, weights, available, concurrency)
+    return MemoryPlan(
+        model=model.name, gpu=gpu.name, weight_format=model.weight_format,
+        tensor_parallel_size=tp, pipeline_parallel_size=pp,
+        data_parallel_size=args.data_parallel_size,
+        gpu_memory_utilization=args.gpu_memory_utilization,
+        total_gib=gpu.memory_mib / 1024, cuda_total_gib=cuda_total / GIB, budget_gib=budget / GIB,
+        weights_gib=weights / GIB, activation_gib=act / GIB, non_torch_gib=non_torch / GIB,
+        cuda_graph_gib=cuda_graph_bytes(model, args, limits.max_num_seqs) / GIB,
+        kv_cache_gib=available / GIB,
+        kv_bytes_per_token=model.kv_bytes_per_token(args.kv_cache_dtype),
+        kv_bytes_per_token_per_gpu=per_token_gpu, block_size=args.block_size,
+        num_gpu_blocks=blocks, kv_cache_tokens=tokens, max_model_len=limits.max_model_len,
+        max_num_seqs=limits.max_num_seqs, max_num_batched_tokens=limits.max_num_batched_tokens,
+        max_concurrency=concurrency, fits=fits, reason=reason)
+
+
+def _verdict(model: ModelGeometry, max_model_len: int, budget: float, weights: float,
+             available: float, concurrency: float) -> tuple[bool, str]:
+    if max_model_len > model.max_position_embeddings:
+        return False, (f"max_model_len {max_model_len} exceeds the model's "
+                       f"max_position_embeddings {model.max_position_embeddings}")
+    if weights >= budget:
+        return False, (f"weights {weights / GIB:.2f} GiB per GPU exceed the budget "
+                       f"{budget / GIB:.2f} GiB (raise TP/PP, quantize, or a bigger GPU)")
+    if available <= 0:
+        return False, "no memory left for the KV cache after weights and activations"
+    if concurrency < 1:
+        return False, (f"the KV pool holds {concurrency:.2f} requests of max_model_len "
+                       f"{max_model_len}; vLLM refuses to start (lower --max-model-len)")
+    return True, "fits"
