@@ -1,0 +1,84 @@
+"""The routing policies by name: `make_policy` builds one, `POLICY_NAMES` lists them.
+
+Every policy is a pure function of (request, replica views, `now_s`) plus state it owns,
+so the proxy (`servelab route`) and the simulator's clusters run the same code. The
+records and the `RoutingPolicy` protocol are re-exported from `servelab.router.records`.
+"""
+
+from __future__ import annotations
+
+import inspect
+import random
+from collections.abc import Callable
+
+from servelab.errors import ServelabError
+from servelab.router.affinity import ConsistentHash
+from servelab.router.balance import LeastRequests, PowerOfTwo, RandomChoice, RoundRobin
+from servelab.router.cache_aware import CacheAware
+from servelab.router.records import (
+    NoHealthyReplicaError,
+    ReplicaView,
+    RouteDecision,
+    RouteRequest,
+    RoutingPolicy,
+)
+from servelab.router.signals import KvAware, LatencyAware
+
+__all__ = [
+    "POLICY_NAMES",
+    "NoHealthyReplicaError",
+    "ReplicaView",
+    "RouteDecision",
+    "RouteRequest",
+    "RoutingPolicy",
+    "make_policy",
+    "policy_params",
+]
+
+_FACTORIES: dict[str, Callable[..., RoutingPolicy]] = {
+    "round_robin": RoundRobin,
+    "random": RandomChoice,
+    "least_requests": LeastRequests,
+    "power_of_two": PowerOfTwo,
+    "consistent_hash": ConsistentHash,
+    "cache_aware": CacheAware,
+    "latency": LatencyAware,
+    "kv_aware": KvAware,
+}
+
+POLICY_NAMES: tuple[str, ...] = tuple(_FACTORIES)
+
+
+def policy_params(name: str) -> dict[str, object]:
+    """The tunable parameters of policy `name` and their defaults."""
+    factory = _factory(name)
+    return {
+        p.name: p.default
+        for p in inspect.signature(factory).parameters.values()
+        if p.kind is inspect.Parameter.KEYWORD_ONLY
+    }
+
+
+def make_policy(name: str, rng: random.Random, **params: object) -> RoutingPolicy:
+    """A fresh policy `name` with its own state; `rng` feeds the random policies.
+
+    Raises ServelabError for an unknown policy or parameter (naming it) or a bad value.
+    """
+    factory = _factory(name)
+    allowed = policy_params(name)
+    unknown = sorted(set(params) - set(allowed))
+    if unknown:
+        takes = ", ".join(allowed) or "no parameters"
+        raise ServelabError(f"policy {name!r} has no parameter {unknown[0]!r} (it takes: {takes})")
+    if "rng" in inspect.signature(factory).parameters:
+        return factory(rng, **params)
+    return factory(**params)
+
+
+def _factory(name: str) -> Callable[..., RoutingPolicy]:
+    try:
+        return _FACTORIES[name]
+    except KeyError:
+        raise ServelabError(
+            f"unknown routing policy {name!r}; choose one of: {', '.join(POLICY_NAMES)}"
+        ) from None

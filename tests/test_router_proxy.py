@@ -1,0 +1,335 @@
+"""`servelab route` over real sockets, in front of token servers run as subprocesses."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+PY = sys.executable
+
+
+class Proc:
+    """A server subprocess we started; its output goes to a file we read for the URL."""
+
+    def __init__(self, args: list[str], env: dict[str, str] | None = None):
+        self.log = Path(tempfile.mkstemp(prefix="router-test-", suffix=".log")[1])
+        self._fh = self.log.open("w")
+        self.p = subprocess.Popen([PY, "-u", *args], stdout=self._fh, stderr=subprocess.STDOUT,
+                                  env={**os.environ, **(env or {})})
+        self.url = self._wait_url()
+
+    def _wait_url(self) -> str:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            for line in self.log.read_text().splitlines():
+                if "listening on http://" in line:
+                    return line[line.index("http://"):].strip()
+            if self.p.poll() is not None:
+                raise RuntimeError(f"{self.p.args} exited: {self.log.read_text()}")
+            time.sleep(0.02)
+        raise RuntimeError(f"{self.p.args} did not start: {self.log.read_text()}")
+
+    @property
+    def port(self) -> int:
+        return int(self.url.rsplit(":", 1)[1])
+
+    def stop(self, sig: int = signal.SIGKILL) -> int:
+        if self.p.poll() is None:
+            self.p.send_signal(sig)
+        rc = self.p.wait(timeout=30)
+        self._fh.close()
+        return rc
+
+
+def token_server(*flags: str, port: int = 0) -> Proc:
+    return Proc(["-m", "servelab.testing.token_server", "--port", str(port), *flags])
+
+
+def router(backends: list[Proc], *flags: str, env: dict[str, str] | None = None) -> Proc:
+    args = ["-m", "servelab.router", "--port", "0"]
+    for b in backends:
+        args += ["--backend", b.url]
+    return Proc(args + list(flags), env=env)
+
+
+@pytest.fixture
+def procs():
+    started: list[Proc] = []
+    yield started
+    for p in reversed(started):
+        p.stop()
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+async def stats(session: aiohttp.ClientSession, backend: Proc) -> dict:
+    async with session.get(backend.url + "/stats") as r:
+        return await r.json()
+
+
+async def complete(session, url, prompt="hi", max_tokens=2, headers=None, **extra) -> str:
+    """A streamed completion read to the end; returns the body text."""
+    body = {"prompt": prompt, "max_tokens": max_tokens, "stream": True, **extra}
+    async with session.post(url + "/v1/completions", json=body, headers=headers) as r:
+        text = await r.text()
+        assert r.status == 200, text
+        assert text.rstrip().endswith("data: [DONE]")
+        return text
+
+
+async def which_backend(session, backends, send) -> int:
+    """Send one request and say which backend's request count went up."""
+    before = [(await stats(session, b))["requests"] for b in backends]
+    await send()
+    after = [(await stats(session, b))["requests"] for b in backends]
+    moved = [i for i in range(len(backends)) if after[i] != before[i]]
+    assert len(moved) == 1, (before, after)
+    return moved[0]
+
+
+def test_round_robin_exact_order_through_proxy(procs):
+    backends = [token_server() for _ in range(3)]
+    procs.extend(backends)
+    rt = router(backends, "--policy", "round_robin")
+    procs.append(rt)
+
+    async def go():
+        async with aiohttp.ClientSession() as s:
+            return [await which_backend(s, backends, lambda: complete(s, rt.url))
+                    for _ in range(7)]
+
+    assert run(go()) == [0, 1, 2, 0, 1, 2, 0]
+
+
+def test_consistent_hash_sticks_per_session_through_proxy(procs):
+    backends = [token_server() for _ in range(3)]
+    procs.extend(backends)
+    rt = router(backends, "--policy", "consistent_hash")
+    procs.append(rt)
+
+    async def go():
+        seen: dict[str, set[int]] = {}
+        async with aiohttp.ClientSession() as s:
+            for rep in range(3):
+                for k in range(8):
+                    key = f"session-{k}"
+                    if k % 2:  # the header and the `user` field are both session keys
+                        send = lambda: complete(s, rt.url, f"p{rep}", headers={"x-session-id": key})
+                    else:
+                        send = lambda: complete(s, rt.url, f"p{rep}", user=key)
+                    seen.setdefault(key, set()).add(await which_backend(s, backends, send))
+        return seen
+
+    seen = run(go())
+    assert all(len(v) == 1 for v in seen.values()), seen
+    assert len(set().union(*seen.values())) >= 2  # 8 keys do not all land on one backend
+
+
+async def open_stream(session, url, prompt, max_tokens=100000, headers=None):
+    """Start a long stream and return the response once its first bytes have arrived."""
+    body = {"prompt": prompt, "max_tokens": max_tokens, "stream": True}
+    r = await session.post(url + "/v1/completions", json=body, headers=headers)
+    assert r.status == 200
+    assert await r.content.readany()
+    return r
+
+
+def test_least_requests_avoids_the_backend_busy_with_a_long_request(procs):
+    backends = [token_server("--itl-ms", "5") for _ in range(2)]
+    procs.extend(backends)
+    rt = router(backends, "--policy", "least_requests")
+    procs.append(rt)
+
+    async def go():
+        async with aiohttp.ClientSession() as s:
+            long = await open_stream(s, rt.url, "long")
+            busy = [(await stats(s, b))["in_flight"] for b in backends].index(1)
+            shorts = [await which_backend(s, backends, lambda: complete(s, rt.url, "short"))
+                      for _ in range(6)]
+            long.close()
+            return busy, shorts
+
+    busy, shorts = run(go())
+    assert shorts == [1 - busy] * 6
+
+
+PREFIX = "You are a helpful assistant. " * 20  # 580 chars: 9 whole 64-char chunks
+
+
+def test_cache_aware_keeps_prefix_home_until_imbalance(procs):
+    backends = [token_server("--itl-ms", "5") for _ in range(2)]
+    procs.extend(backends)
+    rt = router(backends, "--policy", "cache_aware",
+                "--policy-param", "balance_abs_threshold=4",
+                "--policy-param", "balance_rel_threshold=1.5")
+    procs.append(rt)
+
+    async def go():
+        async with aiohttp.ClientSession() as s:
+            homes = [await which_backend(s, backends, lambda: complete(s, rt.url, PREFIX + f"q{k}"))
+                     for k in range(6)]
+            # Hold streams open on the prefix: the home backend takes them until it has
+            # 5 in flight against 0 (past +4 and x1.5), then the other one gets the next.
+            held = []
+            placed = []
+            for k in range(7):
+                placed.append(await which_backend(
+                    s, backends, lambda: _hold(held, s, rt.url, PREFIX + f"h{k}")))
+            for r in held:
+                r.close()
+            return homes, placed
+
+    homes, placed = run(go())
+    home = homes[0]
+    assert homes == [home] * 6
+    # Loads seen at each choice: 0..4 -> home; 5 vs 0 -> fallback to the other, which now
+    # holds the prefix too, so the next goes to the less loaded of the two holders.
+    assert placed == [home] * 5 + [1 - home, 1 - home]
+
+
+async def _hold(held, s, url, prompt):
+    held.append(await open_stream(s, url, prompt))
+
+
+@pytest.mark.parametrize("policy", ["random", "power_of_two", "latency", "kv_aware"])
+def test_other_policies_spread_and_succeed(procs, policy):
+    backends = [token_server() for _ in range(2)]
+    procs.extend(backends)
+    rt = router(backends, "--policy", policy, "--seed", "3")
+    procs.append(rt)
+
+    async def go():
+        async with aiohttp.ClientSession() as s:
+            await asyncio.gather(*(complete(s, rt.url, f"p{k}", max_tokens=20) for k in range(40)))
+            return [(await stats(s, b))["requests"] for b in backends]
+
+    counts = run(go())
+    assert sum(counts) == 40 and min(counts) > 0
+
+
+def test_bad_inputs_are_refused_with_clear_errors(procs):
+    backend = token_server()
+    procs.append(backend)
+    rt = router([backend], "--max-body-bytes", "2000", env={"SERVELAB_ROUTER_API_KEY": "s3cret"})
+    procs.append(rt)
+    good = {"Authorization": "Bearer s3cret"}
+
+    async def go():
+        out = {}
+        async with aiohttp.ClientSession() as s:
+            url = rt.url + "/v1/completions"
+            async with s.post(url, data=b'{"prompt": ', headers=good) as r:
+                out["malformed"] = (r.status, (await r.json())["error"]["message"])
+            async with s.post(rt.url + "/v1/chat/completions", json={"model": "m"},
+                              headers=good) as r:
+                out["no_messages"] = (r.status, (await r.json())["error"]["message"])
+            async with s.post(url, json={"prompt": "x" * 5000}, headers=good) as r:
+                out["big"] = r.status
+            async with s.post(url, json={"prompt": "x"}, headers={"Authorization": "Bearer no"}) as r:
+                out["wrong_key"] = r.status
+            async with s.post(url, json={"prompt": "x"}) as r:
+                out["no_key"] = r.status
+            async with s.get(rt.url + "/v1/models") as r:
+                out["models_no_key"] = r.status
+            async with s.get(rt.url + "/v1/models", headers=good) as r:
+                out["models"] = (await r.json())["data"][0]["id"]
+            async with s.get(rt.url + "/health") as r:
+                out["health"] = r.status
+            await complete(s, rt.url, headers=good)
+            out["backend_requests"] = (await stats(s, backend))["requests"]
+        return out
+
+    out = run(go())
+    assert out["malformed"][0] == 400 and "not valid JSON" in out["malformed"][1]
+    assert out["no_messages"] == (400, "'messages' must be a non-empty list")
+    assert out["big"] == 413
+    assert out["wrong_key"] == out["no_key"] == out["models_no_key"] == 401
+    assert out["models"] == "token-server"
+    assert out["health"] == 200
+    assert out["backend_requests"] == 1  # only the good request reached the backend
+    assert "s3cret" not in rt.log.read_text()
+
+
+def test_overload_is_refused_not_queued(procs):
+    backend = token_server("--itl-ms", "5")
+    procs.append(backend)
+    rt = router([backend], "--max-in-flight", "2")
+    procs.append(rt)
+
+    async def go():
+        async with aiohttp.ClientSession() as s:
+            held = [await open_stream(s, rt.url, f"h{k}") for k in range(2)]
+            async with s.post(rt.url + "/v1/completions", json={"prompt": "x"}) as r:
+                status, retry_after = r.status, r.headers.get("Retry-After")
+            for h in held:
+                h.close()
+            return status, retry_after
+
+    assert run(go()) == (503, "1")
+
+
+def test_retries_before_first_byte_and_error_event_after(procs):
+    failing = token_server("--fail-every", "1")  # every request: HTTP 500
+    broken = token_server("--itl-ms", "1", "--break-every", "1", "--break-after-tokens", "3")
+    fine = token_server()
+    procs.extend([failing, broken, fine])
+    rt_retry = router([failing, fine], "--policy", "round_robin")
+    rt_break = router([broken], "--max-retries", "0")
+    procs.extend([rt_retry, rt_break])
+
+    async def go():
+        async with aiohttp.ClientSession() as s:
+            await asyncio.gather(*(complete(s, rt_retry.url, f"p{k}") for k in range(10)))
+            async with s.get(rt_retry.url + "/metrics") as r:
+                metrics = await r.text()
+            body = {"prompt": "x", "max_tokens": 10, "stream": True}
+            async with s.post(rt_break.url + "/v1/completions", json=body) as r:
+                status, text = r.status, await r.text()
+        return metrics, status, text
+
+    metrics, status, text = run(go())
+    assert "servelab_router_retries_total" in metrics
+    events = [e for e in text.split("\n\n") if e.strip()]
+    assert status == 200
+    assert sum('"text":' in e for e in events) == 3  # three tokens, then the cut
+    assert "[DONE]" not in text
+    assert json.loads(events[-1][len("data: "):])["error"]["type"] == "upstream_error"
+
+
+def test_sigterm_drains_in_flight_then_exits_zero(procs):
+    backend = token_server("--itl-ms", "10")
+    procs.append(backend)
+    rt = router([backend])
+
+    async def go():
+        async with aiohttp.ClientSession() as s:
+            r = await open_stream(s, rt.url, "x", max_tokens=60)
+            rt.p.send_signal(signal.SIGTERM)
+            refused = False
+            for _ in range(200):  # the listening socket closes promptly
+                try:
+                    async with aiohttp.ClientSession() as s2:
+                        await s2.get(rt.url + "/health")
+                except aiohttp.ClientConnectorError:
+                    refused = True
+                    break
+                await asyncio.sleep(0.01)
+            text = (await r.content.read()).decode()
+            return refused, text
+
+    refused, text = run(go())
+    assert refused
+    assert text.rstrip().endswith("data: [DONE]") and text.count(" t59") == 1
+    assert rt.stop(signal.SIGTERM) == 0
