@@ -39,10 +39,11 @@ def test_cut_file_keeps_complete_conversations() -> None:
     assert data.truncated
     assert data.file_bytes == 736
     assert data.cut_item_offset == 649  # where '{"id": "f"' starts, in bytes (é, 東 count 2-3)
+    # vLLM's pairing: turns 0 and 1 whatever their roles; a one-turn conversation is skipped.
     assert [p.prompt for p in data.pairs] == [
-        "one two three four five", "too short", "h1 h2 h3 h4 h5 h6 h7", "café über naïve résumé 東京",
+        "one two three four five", "too short", "x y z w", "café über naïve résumé 東京",
     ]
-    assert data.pairs[2].answer == "g1 g2 g3 g4"
+    assert data.pairs[2].answer == "h1 h2 h3 h4 h5 h6 h7"
     notes = " ".join(data.notes())
     assert "ends mid-record at byte 736 after 5 complete conversations" in notes
     assert "starts at byte 649" in notes
@@ -61,9 +62,19 @@ def test_filter_rules_on_the_cut_file() -> None:
     data = read_sharegpt(CUT)
     reqs = sample_sharegpt(data, WORDS, num_prompts=3, output_len=None, use_chat=False, seed=0)
     got = sorted((r.prompt_len, r.output_len) for r in reqs)
-    assert got == [(5, 5), (5, 6), (7, 4)]  # "too short" (2 tokens) is dropped
+    assert got == [(4, 7), (5, 5), (5, 6)]  # "too short" (2 tokens) is dropped
     with pytest.raises(ServelabError, match="only 3 of 4 ShareGPT pairs"):
         sample_sharegpt(data, WORDS, num_prompts=4, output_len=None, use_chat=False, seed=0)
+
+
+def test_human_first_pairing_skips_leading_answers() -> None:
+    data = read_sharegpt(CUT, pairing="human-first")
+    assert [p.prompt for p in data.pairs] == [
+        "one two three four five", "too short", "h1 h2 h3 h4 h5 h6 h7", "café über naïve résumé 東京",
+    ]
+    assert data.pairs[2].answer == "g1 g2 g3 g4"
+    reqs = sample_sharegpt(data, WORDS, num_prompts=3, output_len=None, use_chat=False, seed=0)
+    assert sorted((r.prompt_len, r.output_len) for r in reqs) == [(5, 5), (5, 6), (7, 4)]
 
 
 @pytest.mark.parametrize(
@@ -161,7 +172,7 @@ def test_real_packaged_file() -> None:
     assert len(wl.requests) == 1000
     notes = " ".join(wl.notes)
     assert "ends mid-record at byte 125,509,632 after 17,671 complete conversations" in notes
-    assert "17,392 with a human turn followed by an answer" in notes
+    assert "17,400 prompt/answer pairs" in notes  # the 17,400 with at least two turns
     for r in wl.requests:
         assert r.prompt_len == tok.count(r.prompt)
         assert is_valid_pair(r.prompt_len, r.output_len, fixed_output=False)

@@ -68,6 +68,8 @@ _WORKLOAD = (
     _Flag("num_prompts", int, _d("num_prompts"), "Number of requests."),
     _Flag("sharegpt_output_len", Optional[int], None,
           "Fixed output length for sharegpt (default: the answer's token count)."),
+    _Flag("sharegpt_pairing", str, _d("sharegpt_pairing"),
+          "sharegpt turns: 'vllm' = turns 0 and 1 as vllm bench serve; 'human-first' = first human turn + its answer."),
     _Flag("prefix_repetition_prefix_len", int, _d("prefix_repetition_prefix_len"),
           "Tokens in each shared prefix."),
     _Flag("prefix_repetition_suffix_len", int, _d("prefix_repetition_suffix_len"),

