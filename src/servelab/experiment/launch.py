@@ -1,0 +1,149 @@
+"""From an arm to a running `Target`: the engine adapter, a router in front when asked, or
+the offline simulator.
+
+Which target an arm gets:
+- ``engine: sim`` (``sim.mode: offline``, the default): `OfflineSimTarget`, in process on a
+  virtual clock. A whole experiment then takes seconds, where real-time simulation would
+  take as long as the real runs (minutes per cell). With ``sim.mode: online`` the arm is
+  launched as `servelab sim serve` processes (the sim adapter) and measured over HTTP like
+  a real engine.
+- ``engine: vllm | sglang``: the engine adapter launches the arm's replicas.
+- ``engine: external``: already-running URLs (nothing launched, nothing stopped).
+With several replicas, ``routing: direct`` has the client spread requests itself; a policy
+name starts servelab's router in front of the replicas (own process group, log beside the
+engine's) and stops it with them.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from servelab.engine.adapter import EngineLauncher, RunningEngine
+from servelab.engine.logparse import StartupInfo
+from servelab.engine.process import ReplicaCommand
+from servelab.engine.running import LaunchedEngine, launch
+from servelab.errors import ServelabError
+from servelab.experiment.arms import arm_launch, arm_ports, arm_urls, engine_path, planner_args
+from servelab.experiment.planning import startup_from_plan
+from servelab.experiment.spec import DIRECT, ArmSpec, ExperimentSpec
+from servelab.experiment.targets import HttpTarget, OfflineSimTarget, Target
+from servelab.sim.cost import Calibration
+from servelab.sim.setup import SimOptions
+
+ROUTER_START_S = 60.0
+
+
+@dataclass
+class ArmRun:
+    """A started arm: the target to measure, the engine's startup figures per replica, its
+    version, and what to stop afterwards."""
+
+    target: Target
+    startups: list[StartupInfo | None]
+    version: str | None
+    stoppables: list[RunningEngine | LaunchedEngine] = field(default_factory=list)
+
+    def stop(self) -> None:
+        """Stop the router first, then the engine; every stop is attempted."""
+        errors = []
+        for item in reversed(self.stoppables):
+            try:
+                item.stop()
+            except ServelabError as exc:
+                errors.append(str(exc))
+        if errors:
+            raise ServelabError("; ".join(errors))
+
+
+def make_launcher(spec: ExperimentSpec, arm: ArmSpec) -> EngineLauncher:
+    """The adapter for the spec's engine, configured from `engine_defaults` (external: the
+    arm's URLs, waited on for /health like a launched engine)."""
+    d = spec.engine_defaults
+    if spec.engine == "external":
+        from servelab.engine.external import ExternalLauncher
+
+        return ExternalLauncher(arm_urls(spec, arm))
+    if spec.engine == "vllm":
+        from servelab.engine.vllm import VllmLauncher, VllmRuntime
+
+        base = VllmRuntime()
+        runtime = VllmRuntime(executable=d.executable or base.executable, python=d.python,
+                              module=d.module or base.module, env={**base.env, **d.env})
+        return VllmLauncher(runtime)
+    if spec.engine == "sglang":
+        from servelab.engine.sglang import SglangLauncher, SglangRuntime
+
+        base_sg = SglangRuntime()
+        return SglangLauncher(SglangRuntime(python=d.python or base_sg.python,
+                                            module=d.module or base_sg.module, env=dict(d.env)))
+    if spec.engine == "sim":
+        from servelab.engine.sim import SimLauncher
+
+        assert spec.hardware.gpu is not None  # checked by load_spec
+        return SimLauncher(spec.hardware.gpu, python=d.python or sys.executable, env=dict(d.env))
+    raise ServelabError(f"engine {spec.engine}: no adapter")
+
+
+def start_arm(spec: ExperimentSpec, arm: ArmSpec, log_dir: Path) -> ArmRun:
+    """Start the arm and return its target; `ServelabError` says why it could not start
+    (nothing started here is left running)."""
+    if spec.engine == "sim" and spec.sim.mode == "offline":
+        return _offline(spec, arm)
+    launcher = make_launcher(spec, arm)
+    engine = launcher.start(arm_launch(spec, arm), log_dir, spec.engine_defaults.startup_timeout_s)
+    try:
+        return _http(spec, arm, list(engine.replica_urls), list(engine.replica_startups),
+                     engine.version, [engine], log_dir)
+    except BaseException:
+        engine.stop()
+        raise
+
+
+def _offline(spec: ExperimentSpec, arm: ArmSpec) -> ArmRun:
+    from servelab.sim.engine import build_engine
+
+    assert spec.hardware.gpu is not None
+    args = planner_args(spec, arm, strict=True)
+    calibration = Calibration.load(spec.sim.calibration) if spec.sim.calibration else None
+    opts = SimOptions(model=arm.model or spec.model.name, gpu=spec.hardware.gpu,
+                      quantization=arm.quantization, engine_args=args, replicas=arm.replicas,
+                      router_policy="round_robin" if arm.routing == DIRECT else arm.routing,
+                      calibration=calibration)
+    # The engine the cells will build, built once here so a config that cannot start
+    # (KV pool smaller than one request) fails the arm the way vLLM would.
+    engine = build_engine(opts.model, opts.gpu, opts.quantization, args, opts.resolved_calibration)
+    startup = startup_from_plan(engine.memory)
+    return ArmRun(OfflineSimTarget(opts), [startup] * arm.replicas, None)
+
+
+def _http(spec: ExperimentSpec, arm: ArmSpec, urls: list[str],
+          startups: list[StartupInfo | None], version: str | None,
+          stoppables: list[RunningEngine | LaunchedEngine], log_dir: Path | None = None) -> ArmRun:
+    d = spec.engine_defaults
+    send = urls
+    if arm.routing != DIRECT and len(urls) > 1:
+        if log_dir is None:
+            log_dir = Path(".")
+        router = _start_router(spec, arm, urls, log_dir)
+        stoppables = [*stoppables, router]
+        send = router.replica_urls
+    target = HttpTarget(send, urls, spec.model.name, d.backend, d.ignore_eos, d.request_timeout_s)
+    return ArmRun(target, startups or [None] * len(urls), version, stoppables)
+
+
+def _start_router(spec: ExperimentSpec, arm: ArmSpec, urls: list[str], log_dir: Path) -> LaunchedEngine:
+    """servelab's router with the arm's policy in front of `urls`, in its own process group."""
+    port = arm_ports(spec, arm)[1]
+    argv = [sys.executable, "-m", "servelab.router", "--policy", arm.routing,
+            "--host", "127.0.0.1", "--port", str(port), "--seed", str(spec.seed)]
+    for u in urls:
+        argv += ["--backend", u]
+    cmd = ReplicaCommand(name=f"router for arm {arm.name}", argv=argv, env={},
+                         log_path=log_dir / f"{arm.name}-router.log",
+                         url=f"http://127.0.0.1:{port}", host="127.0.0.1", port=port)
+    return launch([[cmd]], ROUTER_START_S)
+
+
+__all__ = ["ArmRun", "engine_path", "make_launcher", "start_arm"]

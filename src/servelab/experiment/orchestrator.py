@@ -1,0 +1,197 @@
+"""The orchestrator: arms x workloads x loads, each cell measured and stored as it finishes.
+
+For each arm: skip it when every cell is already stored (resume) unless `force`; start its
+target (an engine failing to start marks the arm failed, with the reason, and the run goes
+on); for each cell build the workload with the cell's seed, draw the arrival times, measure,
+summarise with the one metrics calculator and write the cell atomically; stop the engine.
+The manifest is written before the first arm and again after each arm (engine versions).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from servelab import __version__
+from servelab.errors import ServelabError
+from servelab.experiment.cells import Cell, cells_of_arm
+from servelab.experiment.launch import ArmRun, start_arm
+from servelab.experiment.planning import ArmPlanner
+from servelab.experiment.spec import ArmSpec, ExperimentSpec
+from servelab.experiment.store import ArmStatus, ExperimentStore
+from servelab.metrics.result import GoodputSLO, RunInfo
+from servelab.metrics.summary import SummaryOptions, summarize
+from servelab.workload.arrivals import ArrivalOptions, arrival_times_s
+from servelab.workload.datasets import build_workload
+from servelab.workload.tokenizer import TokenizerHandle, load_tokenizer
+
+Echo = Callable[[str], None]
+
+
+def summary_options(spec: ExperimentSpec) -> SummaryOptions:
+    """Percentiles of every latency metric, and the SLO as each cell's goodput SLO."""
+    slo = None
+    if spec.slo is not None and (spec.slo.ttft_ms or spec.slo.tpot_ms or spec.slo.e2el_ms):
+        slo = GoodputSLO(ttft_ms=spec.slo.ttft_ms, tpot_ms=spec.slo.tpot_ms, e2el_ms=spec.slo.e2el_ms)
+    return SummaryOptions(percentile_metrics=("ttft", "tpot", "itl", "e2el"),
+                          metric_percentiles=spec.percentiles(), goodput=slo)
+
+
+class Orchestrator:
+    """Runs one spec into one store."""
+
+    def __init__(self, spec: ExperimentSpec, store: ExperimentStore, *, force: bool = False,
+                 echo: Echo = lambda _line: None, spec_path: Path | None = None) -> None:
+        self.spec = spec
+        self.store = store
+        self.force = force
+        self.echo = echo
+        self.spec_path = spec_path
+        self._tokenizers: dict[str | None, TokenizerHandle] = {}
+        self._versions: dict[str, str | None] = {}
+        self._gpu_name, self._probe = self._hardware()
+        self._planners: dict[str, ArmPlanner | str] = {}
+        for arm in spec.arms:
+            try:
+                self._planners[arm.name] = ArmPlanner.for_arm(spec, arm, self._gpu_name)
+            except ServelabError as exc:
+                self._planners[arm.name] = str(exc)
+
+    def _hardware(self) -> tuple[str | None, dict[str, Any] | None]:
+        hw = self.spec.hardware
+        if not hw.probe:
+            return hw.gpu, None
+        from servelab.hardware.probe import probe
+
+        result = probe()
+        gpu = hw.gpu or next((g.catalog_name for g in result.gpus if g.catalog_name), None)
+        return gpu, result.model_dump(mode="json")
+
+    def check_resumable(self) -> None:
+        """Refuse to add cells to results recorded with a different spec (unless `force`)."""
+        if self.force or not self.store.manifest_path.exists():
+            return
+        old = self.store.read_manifest().get("spec")
+        if old != self.spec.model_dump(mode="json"):
+            raise ServelabError(
+                f"{self.store.root} holds results of a different spec; re-run with --force to "
+                "redo every cell, or choose another --out")
+
+    def manifest(self) -> dict[str, Any]:
+        plans = {name: (p.summary() if isinstance(p, ArmPlanner) else {"error": p})
+                 for name, p in self._planners.items()}
+        return {
+            "servelab_version": __version__,
+            "spec_file": str(self.spec_path) if self.spec_path else None,
+            "spec": self.spec.model_dump(mode="json"),
+            "baseline": self.spec.baseline.name,
+            "gpu": self._gpu_name,
+            "probe": self._probe,
+            "planner": plans,
+            "engine_versions": dict(self._versions),
+            "updated": dt.datetime.now().isoformat(timespec="seconds"),
+        }
+
+    def run(self) -> None:
+        """Measure every cell not yet stored (all of them with `force`)."""
+        self.check_resumable()
+        self.store.write_manifest(self.manifest())
+        for arm in self.spec.arms:
+            self._run_arm(arm)
+            self.store.write_manifest(self.manifest())
+
+    def _run_arm(self, arm: ArmSpec) -> None:
+        cells = cells_of_arm(self.spec, arm.name)
+        todo = [c for c in cells if self.force or not self.store.has_cell(*c.key)]
+        if not todo:
+            self.echo(f"arm {arm.name}: all {len(cells)} cells already stored, skipped")
+            return
+        self.echo(f"arm {arm.name}: starting ({len(todo)} of {len(cells)} cells to run)")
+        self.store.write_arm_status(arm.name, ArmStatus("started"))
+        try:
+            started = start_arm(self.spec, arm, self.store.log_dir(arm.name))
+        except ServelabError as exc:
+            self.store.write_arm_status(arm.name, ArmStatus("failed", reason=str(exc)))
+            self.echo(f"arm {arm.name}: FAILED to start: {str(exc).splitlines()[0]}")
+            return
+        self._versions[arm.name] = started.version
+        startups = tuple(s.model_dump(mode="json") if s else None for s in started.startups)
+        self.store.write_arm_status(arm.name, ArmStatus("started", version=started.version,
+                                                        startups=startups))
+        try:
+            for cell in todo:
+                self._run_cell(arm, cell, started, startups)
+        except ServelabError as exc:
+            self.store.write_arm_status(arm.name, ArmStatus(
+                "failed", reason=f"cell failed: {exc}", version=started.version, startups=startups))
+            self.echo(f"arm {arm.name}: FAILED during a cell: {str(exc).splitlines()[0]}")
+            return
+        finally:
+            started.stop()
+        self.store.write_arm_status(arm.name, ArmStatus("done", version=started.version,
+                                                        startups=startups))
+
+    def _tokenizer(self, name: str | None) -> TokenizerHandle:
+        if name not in self._tokenizers:
+            self._tokenizers[name] = load_tokenizer(name)
+        return self._tokenizers[name]
+
+    def _run_cell(self, arm: ArmSpec, cell: Cell, started: ArmRun,
+                  startups: tuple[dict[str, Any] | None, ...]) -> None:
+        spec, load = self.spec, cell.load
+        wl_spec = spec.workload(cell.workload)
+        dataset = wl_spec.dataset(load.num_prompts, spec.model.tokenizer)
+        tok = self._tokenizer(dataset.tokenizer)
+        work = build_workload(dataset, tok, cell.seed)
+        arrivals = ArrivalOptions(request_rate=load.request_rate, burstiness=load.burstiness)
+        intended = arrival_times_s(len(work.requests), arrivals, np.random.default_rng(cell.seed))
+        m = started.target.measure(work.requests, tok, intended.tolist(), load.max_concurrency,
+                                   spec.loads.num_warmups, cell.seed)
+        result = summarize(m.records, m.duration_s, summary_options(spec)).with_run(RunInfo(
+            date=dt.datetime.now().strftime("%Y%m%d-%H%M%S"), backend=started.target.backend,
+            label=cell.label, model_id=spec.model.name, tokenizer_id=work.tokenizer.name,
+            num_prompts=len(work.requests), request_rate=load.request_rate,
+            burstiness=load.burstiness, max_concurrency=load.max_concurrency,
+            metadata={"arm": arm.name, "workload": cell.workload, "load": load.key},
+            seed=cell.seed, tokenizer=work.tokenizer.source))
+        data = {
+            "cell": {"arm": arm.name, "workload": cell.workload, "load": load.key,
+                     "seed": cell.seed, "num_prompts": load.num_prompts,
+                     "concurrency": load.concurrency,
+                     "request_rate": "inf" if load.request_rate == float("inf") else load.request_rate,
+                     "max_concurrency": load.max_concurrency, "burstiness": load.burstiness,
+                     "num_warmups": spec.loads.num_warmups},
+            "result": result.to_json_dict(detailed=True),
+            "servers": [s.to_json_dict() for s in m.servers],
+            "engine_memory": list(startups),
+            "roofline": self._roofline(arm, m.servers, work.requests),
+            "extras": m.extras,
+            "notes": list(work.notes),
+        }
+        self.store.write_cell(arm.name, cell.workload, load.key, data)
+        self.echo(f"  {cell.label}: {result.completed} ok, {result.failed} failed, "
+                  f"{result.output_throughput:.1f} out tok/s, mean TTFT {result.ttft.mean_ms:.1f} ms")
+
+    def _roofline(self, arm: ArmSpec, servers: list, requests: list) -> dict[str, Any] | None:
+        """The roofline decode step at the batch the engine ran (mean running requests per
+        replica while busy) and the mean context (prompt + half the output)."""
+        planner = self._planners.get(arm.name)
+        if not isinstance(planner, ArmPlanner) or not requests:
+            return None
+        running = [s.snapshot.num_requests_running for srv in servers for s in srv.samples
+                   if s.snapshot.num_requests_running]
+        batch = float(np.mean(running)) if running else 1.0
+        context = float(np.mean([r.prompt_len + r.output_len / 2 for r in requests]))
+        return planner.decode_step(batch, context)
+
+
+def run_experiment(spec: ExperimentSpec, out_dir: Path, *, force: bool = False,
+                   echo: Echo = lambda _line: None, spec_path: Path | None = None) -> ExperimentStore:
+    """Run (or resume) `spec` into `out_dir`; returns the store."""
+    store = ExperimentStore.open(out_dir)
+    Orchestrator(spec, store, force=force, echo=echo, spec_path=spec_path).run()
+    return store

@@ -1,0 +1,161 @@
+"""Targets: what the orchestrator drives a cell's schedule at.
+
+The orchestrator needs only `Target.measure`: given a workload's requests, their intended
+send times and the load's concurrency cap, return the request records, the run's duration
+and the engine's state over the run. Two implementations:
+
+- `HttpTarget`: servelab's client against URLs (a launched engine, a router, an external
+  server). With several replicas and ``routing: direct`` the client itself spreads the
+  schedule: request i goes to replica i mod n, and the concurrency cap is split between
+  the replicas (as two bench clients at half the concurrency would, the seeds'
+  replica2_direct). `/metrics` of every replica is sampled during the run.
+- `OfflineSimTarget`: the simulator in process on a virtual clock (fresh engines per cell),
+  with the engine state recorded step by step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import aiohttp
+
+from servelab.client.backends import get_backend
+from servelab.client.sender import PREOPEN_MAX, ScheduleSender, SendStatus
+from servelab.client.target import TargetConfig, check_reachable
+from servelab.client.workers import new_event_loop, split_cap
+from servelab.experiment.simseries import SimSeriesRecorder
+from servelab.metrics.records import RequestRecord
+from servelab.metrics.scrape import MetricsScraper, ServerSeries
+from servelab.sim.offline import simulate
+from servelab.sim.setup import SimOptions, build_cluster, offline_requests
+from servelab.workload.request import RequestSpec
+from servelab.workload.tokenizer import TokenizerHandle
+
+SCRAPE_INTERVAL_S = 1.0
+
+
+@dataclass(slots=True)
+class Measurement:
+    """One cell's raw outcome: records (warm-ups first), duration (s, first due request to
+    last answer), one server series per replica, and facts only this target knows."""
+
+    records: list[RequestRecord]
+    duration_s: float
+    servers: list[ServerSeries]
+    extras: dict[str, float] = field(default_factory=dict)
+
+
+class Target(Protocol):
+    """Anything a schedule can be driven at."""
+
+    backend: str
+
+    def measure(self, requests: Sequence[RequestSpec], tokenizer: TokenizerHandle,
+                intended_s: Sequence[float], max_concurrency: int | None, num_warmups: int,
+                seed: int) -> Measurement:
+        """Run the schedule once (requests[i] due `intended_s[i]` s after the start)."""
+        ...
+
+
+class OfflineSimTarget:
+    """The simulator on a virtual clock; a fresh cluster (empty caches) for every cell."""
+
+    backend = "servelab-sim"
+
+    def __init__(self, opts: SimOptions) -> None:
+        self.opts = opts
+
+    def measure(self, requests: Sequence[RequestSpec], tokenizer: TokenizerHandle,
+                intended_s: Sequence[float], max_concurrency: int | None, num_warmups: int,
+                seed: int) -> Measurement:
+        cluster = build_cluster(self.opts, random.Random(seed))
+        recorder = SimSeriesRecorder(len(cluster.engines))
+        run = simulate(cluster, offline_requests(requests, tokenizer), list(intended_s),
+                       max_concurrency, num_warmups, recorder)
+        preemptions = sum(e.stats.num_preemptions_total for e in cluster.engines)
+        return Measurement(run.records, run.duration_s, recorder.series(),
+                           {"num_steps": float(run.num_steps), "preemptions": float(preemptions)})
+
+
+class HttpTarget:
+    """Servelab's client against `send_urls` (one URL, or replicas split directly), sampling
+    `/metrics` at `scrape_urls` (the replicas, also when a router is in front)."""
+
+    def __init__(self, send_urls: list[str], scrape_urls: list[str], model: str, backend: str,
+                 ignore_eos: bool, request_timeout_s: float) -> None:
+        if not send_urls:
+            raise ValueError("an HTTP target needs at least one URL")
+        self.backend = backend
+        be = get_backend(backend)
+        self.targets = [
+            TargetConfig(base_url=u, endpoint=be.default_endpoint, backend=be, model=model,
+                         ignore_eos=ignore_eos, request_timeout_s=request_timeout_s)
+            for u in send_urls
+        ]
+        self.scrape_urls = scrape_urls
+
+    def measure(self, requests: Sequence[RequestSpec], tokenizer: TokenizerHandle,
+                intended_s: Sequence[float], max_concurrency: int | None, num_warmups: int,
+                seed: int) -> Measurement:
+        with asyncio.Runner(loop_factory=new_event_loop) as runner:
+            return runner.run(self._measure(requests, list(intended_s), max_concurrency,
+                                            num_warmups))
+
+    async def _measure(self, requests: Sequence[RequestSpec], intended_s: list[float],
+                       max_concurrency: int | None, num_warmups: int) -> Measurement:
+        first = self.targets[0]
+        await check_reachable(first.base_url, first.headers())
+        async with aiohttp.ClientSession() as session:
+            scrapers = [MetricsScraper(session, u, SCRAPE_INTERVAL_S) for u in self.scrape_urls]
+            stop = asyncio.Event()
+            tasks = [asyncio.ensure_future(s.run(stop)) for s in scrapers]
+            try:
+                records, t0, t_end = await _send_split(self.targets, requests, intended_s,
+                                                       max_concurrency, num_warmups)
+            finally:
+                stop.set()
+                await asyncio.gather(*tasks, return_exceptions=True)
+        return Measurement(records, max(t_end - t0, 1e-9), [s.series() for s in scrapers])
+
+
+async def _send_split(targets: list[TargetConfig], requests: Sequence[RequestSpec],
+                      intended_s: list[float], cap: int | None,
+                      num_warmups: int) -> tuple[list[RequestRecord], float, float]:
+    """Send request i to targets[i mod n], all on one t0; caps split as evenly as integers
+    allow. Returns (records sorted by index with warm-ups first, t0, end) on perf_counter."""
+    n_req = len(requests)
+    n = max(1, min(len(targets), n_req))
+    caps = split_cap(cap, n)
+    clock = time.perf_counter
+    senders = [ScheduleSender(targets[k], caps[k], None, clock) for k in range(n)]
+    for s in senders:
+        await s.__aenter__()
+    try:
+        shares = [list(range(k, n_req, n)) for k in range(n)]
+        await asyncio.gather(*(s.preopen(min(caps[k] or len(shares[k]), len(shares[k]), PREOPEN_MAX))
+                               for k, s in enumerate(senders)))
+        warm_specs = [requests[i % n_req] for i in range(num_warmups)] if n_req else []
+        t_warm = clock()
+        warm_lists = await asyncio.gather(*(s.warmup(warm_specs[k::n], t_warm)
+                                            for k, s in enumerate(senders)))
+        t0 = clock()
+        warm = [r for lst in warm_lists for r in lst]
+        for r in warm:
+            r.send_s -= t0 - t_warm
+            r.intended_send_s -= t0 - t_warm
+        for s in senders:
+            s.status = SendStatus()
+        runs = await asyncio.gather(*(
+            s.run([requests[i] for i in shares[k]], [intended_s[i] for i in shares[k]], t0)
+            for k, s in enumerate(senders)))
+        t_end = clock()
+    finally:
+        for s in senders:
+            await s.__aexit__(None, None, None)
+    measured = sorted((r for lst in runs for r in lst), key=lambda r: r.index)
+    return warm + measured, t0, t_end

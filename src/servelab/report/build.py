@@ -1,0 +1,92 @@
+"""One report from one experiment directory: tables, diagnosis, plots; written as
+`report.md`, `report.html` and `plots/*.png` in the directory (atomically)."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from servelab.report.data import ExperimentData, load_experiment
+from servelab.report.diagnose import Diagnosis, diagnose
+from servelab.report.html import render_html
+from servelab.report.plots import Plot, make_plots
+from servelab.report.tables import Table, all_tables
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    title: str
+    intro: tuple[str, ...]
+    tables: tuple[Table, ...]
+    diagnoses: tuple[Diagnosis, ...]
+    plots: tuple[Plot, ...]
+
+    def to_markdown(self, with_plots: bool = True) -> str:
+        parts = [f"# {self.title}", "", *self.intro, ""]
+        parts += [t.to_markdown() + "\n" for t in self.tables]
+        if self.diagnoses:
+            parts += ["## Diagnosis", ""] + [d.to_markdown() + "\n" for d in self.diagnoses]
+        if with_plots and self.plots:
+            parts += ["## Plots", ""] + [f"![{p.title}](plots/{p.name}.png)" for p in self.plots]
+        return "\n".join(parts) + "\n"
+
+    def to_html(self) -> str:
+        return render_html(self.title, list(self.intro), list(self.tables), list(self.diagnoses),
+                           list(self.plots))
+
+
+def _intro(data: ExperimentData) -> tuple[str, ...]:
+    m = data.manifest
+    spec = m["spec"]
+    engine = spec["engine"]
+    if engine == "sim":
+        engine += f" ({spec.get('sim', {}).get('mode', 'offline')}, simulated {m.get('gpu')})"
+    versions = {k: v for k, v in (m.get("engine_versions") or {}).items() if v}
+    done = len(data.cells)
+    lines = [
+        f"Model {spec['model']['name']}, engine {engine}, baseline arm {data.baseline}; "
+        f"{done} cells measured; servelab {m.get('servelab_version')}.",
+    ]
+    if versions:
+        lines.append("Engine versions: " + ", ".join(f"{k} {v}" for k, v in versions.items()) + ".")
+    return tuple(lines)
+
+
+def build_report(root: Path, plots: bool = True) -> Report:
+    """The report of the experiment in `root`."""
+    data = load_experiment(root)
+    return Report(
+        title=f"servelab report: {data.manifest['spec']['name']}",
+        intro=_intro(data),
+        tables=tuple(all_tables(data)),
+        diagnoses=tuple(diagnose(data)),
+        plots=tuple(make_plots(data)) if plots else (),
+    )
+
+
+def _write_atomic(path: Path, content: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(content)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_report(root: Path, report: Report) -> list[Path]:
+    """Write report.md, report.html and the PNGs into `root`; returns the paths."""
+    root = Path(root)
+    paths = []
+    for p in report.plots:
+        path = root / "plots" / f"{p.name}.png"
+        _write_atomic(path, p.png)
+        paths.append(path)
+    for name, text in (("report.md", report.to_markdown()), ("report.html", report.to_html())):
+        _write_atomic(root / name, text.encode("utf-8"))
+        paths.append(root / name)
+    return paths

@@ -1,0 +1,166 @@
+"""An experiment directory read back into typed records the report is computed from.
+
+Figures come from each cell's result JSON (vLLM's keys), the engine state from its server
+series (combined over replicas: the largest gauge of any replica, counters summed), the
+memory figures from the arm's parsed startup lines and the manifest's planner figures.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from servelab.errors import ServelabError
+from servelab.experiment.store import ArmStatus, ExperimentStore, read_json
+
+
+@dataclass(frozen=True, slots=True)
+class CellFigures:
+    """One cell's figures (latencies in ms, throughputs per second, duration in s)."""
+
+    arm: str
+    workload: str
+    load: str
+    concurrency: int | None
+    request_rate: float
+    total_tok_s: float
+    output_tok_s: float
+    request_s: float
+    goodput_s: float | None
+    mean_ttft_ms: float
+    p99_ttft_ms: float
+    mean_itl_ms: float
+    p99_itl_ms: float
+    mean_tpot_ms: float
+    duration_s: float
+    completed: int
+    failed: int
+    percentiles: dict[str, float] = field(default_factory=dict)  # "p90_ttft" -> ms
+    ttfts_ms: tuple[float, ...] = ()
+    itls_ms: tuple[float, ...] = ()
+    peak_kv_usage: float | None = None
+    max_waiting: float | None = None
+    max_running: float | None = None
+    preemptions: float | None = None
+    prefix_hit_rate: float | None = None
+    roofline: dict[str, Any] | None = None
+
+    @property
+    def x_value(self) -> float:
+        return float(self.concurrency) if self.concurrency is not None else self.request_rate
+
+
+@dataclass(slots=True)
+class ArmInfo:
+    """An arm's outcome and memory figures: `startup` is replica 0's parsed startup log,
+    `plan` the planner's summary (or None with `plan_error`)."""
+
+    name: str
+    status: ArmStatus | None
+    startup: dict[str, Any] | None
+    plan: dict[str, Any] | None
+    plan_error: str | None
+    spec: dict[str, Any]
+
+
+@dataclass(slots=True)
+class ExperimentData:
+    root: Path
+    manifest: dict[str, Any]
+    arms: list[ArmInfo]
+    cells: list[CellFigures]
+
+    @property
+    def baseline(self) -> str:
+        return str(self.manifest["baseline"])
+
+    @property
+    def workloads(self) -> list[str]:
+        return [w["name"] for w in self.manifest["spec"]["workloads"]]
+
+    @property
+    def loads(self) -> list[str]:
+        """Load keys in spec order (as stored cells name them)."""
+        order: list[str] = []
+        for c in self.cells:
+            if c.load not in order:
+                order.append(c.load)
+        return sorted(order, key=lambda k: (k[0] != "c", self._x(k)))
+
+    def _x(self, key: str) -> float:
+        c = next(c for c in self.cells if c.load == key)
+        return c.x_value
+
+    def cell(self, arm: str, workload: str, load: str) -> CellFigures | None:
+        return next((c for c in self.cells
+                     if c.arm == arm and c.workload == workload and c.load == load), None)
+
+    def arm_info(self, name: str) -> ArmInfo:
+        return next(a for a in self.arms if a.name == name)
+
+
+def _gauge_max(servers: list[dict[str, Any]], key: str) -> float | None:
+    vals = [s[key] for s in servers if s.get(key) is not None]
+    return max(vals) if vals else None
+
+
+def _counter_sum(servers: list[dict[str, Any]], key: str) -> float | None:
+    vals = [s[key] for s in servers if s.get(key) is not None]
+    return sum(vals) if vals else None
+
+
+def cell_figures(data: dict[str, Any]) -> CellFigures:
+    """Figures of one stored cell (the dict a cell file holds)."""
+    cell, res = data["cell"], data["result"]
+    servers = [s for s in data.get("servers") or [] if s.get("available")]
+    rate = cell.get("request_rate")
+    pct = {k.removesuffix("_ms"): float(v) for k, v in res.items()
+           if k.startswith("p") and k.endswith("_ms") and isinstance(v, (int, float))}
+    preempt = (data.get("extras") or {}).get("preemptions")
+    if preempt is None:
+        preempt = _counter_sum(servers, "preemptions_delta")
+    hit_rates = [s["prefix_cache_hit_rate"] for s in servers if s.get("prefix_cache_hit_rate") is not None]
+    errors = res.get("errors") or []
+    return CellFigures(
+        arm=cell["arm"], workload=cell["workload"], load=cell["load"],
+        concurrency=cell.get("concurrency"),
+        request_rate=math.inf if rate in (None, "inf") else float(rate),
+        total_tok_s=res["total_token_throughput"], output_tok_s=res["output_throughput"],
+        request_s=res["request_throughput"], goodput_s=res.get("request_goodput"),
+        mean_ttft_ms=res["mean_ttft_ms"], p99_ttft_ms=res.get("p99_ttft_ms", math.nan),
+        mean_itl_ms=res["mean_itl_ms"], p99_itl_ms=res.get("p99_itl_ms", math.nan),
+        mean_tpot_ms=res["mean_tpot_ms"], duration_s=res["duration"],
+        completed=res["completed"], failed=res["failed"], percentiles=pct,
+        ttfts_ms=tuple(t * 1e3 for t, e in zip(res.get("ttfts") or [], errors) if not e),
+        itls_ms=tuple(g * 1e3 for row in (res.get("itls") or []) for g in row),
+        peak_kv_usage=_gauge_max(servers, "peak_kv_cache_usage_perc"),
+        max_waiting=_gauge_max(servers, "max_num_requests_waiting"),
+        max_running=_gauge_max(servers, "max_num_requests_running"),
+        preemptions=preempt,
+        prefix_hit_rate=(sum(hit_rates) / len(hit_rates)) if hit_rates else None,
+        roofline=data.get("roofline"),
+    )
+
+
+def load_experiment(root: Path) -> ExperimentData:
+    """Read an experiment directory (`ServelabError` when it is not one)."""
+    store = ExperimentStore(Path(root))
+    manifest = store.read_manifest()
+    cells = []
+    for path in store.cell_files():
+        try:
+            cells.append(cell_figures(read_json(path)))
+        except (KeyError, TypeError) as exc:
+            raise ServelabError(f"{path}: not a servelab cell file (missing {exc})") from None
+    arms = []
+    for arm in manifest["spec"]["arms"]:
+        name = arm["name"]
+        status = store.read_arm_status(name)
+        plan = manifest.get("planner", {}).get(name) or {}
+        startup = status.startups[0] if status and status.startups else None
+        arms.append(ArmInfo(name=name, status=status, startup=startup,
+                            plan=plan if "memory" in plan else None,
+                            plan_error=plan.get("error"), spec=arm))
+    return ExperimentData(store.root, manifest, arms, cells)
