@@ -1,0 +1,215 @@
+"""`servelab sim run|serve|calibrate`: the simulated engine, offline, over HTTP, and fitted.
+
+`sim` is a command group: `sim run` simulates a bench run offline on a virtual clock (the
+same workload and load flags as `servelab bench`, the same result JSON), `sim calibrate`
+fits a calibration to measured results, `sim serve` (registered by
+`servelab.sim.server_cli.register_serve`) serves the simulated engine over HTTP.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.console import Console
+
+from servelab.cli.flags import load_flags, workload_flags
+from servelab.errors import ServelabError
+from servelab.sim.cost import Calibration
+from servelab.sim.setup import SimOptions
+from servelab.workload.arrivals import ArrivalOptions
+from servelab.workload.datasets import DatasetOptions
+
+sim_app = typer.Typer(name="sim", no_args_is_help=True, help=(
+    "The simulated engine: `run` a bench offline on a virtual clock, `serve` it over HTTP, "
+    "`calibrate` its cost model to measured results."))
+
+_GPU = typer.Option(..., "--gpu", help="GPU name from the catalog (e.g. L40S, H200).")
+_MODEL = typer.Option(..., "--model", help="Model name from the catalog (e.g. Qwen/Qwen3-14B).")
+
+
+def engine_options(*, model: str, gpu: str, quantization: str | None, max_num_seqs: int | None,
+                   max_num_batched_tokens: int | None, max_model_len: int | None,
+                   gpu_memory_utilization: float | None, enable_prefix_caching: bool,
+                   tensor_parallel_size: int, pipeline_parallel_size: int,
+                   block_size: int | None, kv_cache_dtype: str | None, replicas: int,
+                   router_policy: str, calibration: Path | None) -> SimOptions:
+    """Validate the engine flags into `SimOptions` (ServelabError names a bad flag)."""
+    from pydantic import ValidationError
+
+    from servelab.plan import EngineArgs
+
+    if replicas < 1:
+        raise ServelabError(f"--replicas {replicas}: must be >= 1")
+    given: dict[str, Any] = {
+        "max_num_seqs": max_num_seqs, "max_num_batched_tokens": max_num_batched_tokens,
+        "max_model_len": max_model_len, "gpu_memory_utilization": gpu_memory_utilization,
+        "enable_prefix_caching": enable_prefix_caching,
+        "tensor_parallel_size": tensor_parallel_size,
+        "pipeline_parallel_size": pipeline_parallel_size, "block_size": block_size,
+        "kv_cache_dtype": kv_cache_dtype, "quantization": quantization,
+    }
+    fields = getattr(EngineArgs, "model_fields", None) or getattr(EngineArgs, "__dataclass_fields__", {})
+    kwargs = {k: v for k, v in given.items() if v is not None and k in fields}
+    try:
+        args = EngineArgs(**kwargs)
+    except (ValidationError, ValueError, TypeError) as exc:
+        raise ServelabError(f"engine flags: {exc}") from None
+    from servelab.router.policies import POLICY_NAMES
+
+    if router_policy not in POLICY_NAMES:
+        raise ServelabError(f"--router-policy {router_policy!r}: choose one of {', '.join(POLICY_NAMES)}")
+    cal = Calibration.load(calibration) if calibration is not None else None
+    return SimOptions(model=model, gpu=gpu, quantization=quantization, engine_args=args,
+                      replicas=replicas, router_policy=router_policy, calibration=cal)
+
+
+@sim_app.command("run")
+@workload_flags
+@load_flags
+def run_cmd(
+    *,
+    dataset: DatasetOptions,
+    seed: int,
+    arrivals: ArrivalOptions,
+    max_concurrency: Optional[int],
+    num_warmups: int,
+    model: str = _MODEL,
+    gpu: str = _GPU,
+    quantization: Optional[str] = typer.Option(None, "--quantization", help="Weight format: awq, gptq, fp8 (default: the model's)."),
+    max_num_seqs: Optional[int] = typer.Option(None, "--max-num-seqs", help="vLLM's --max-num-seqs (default: vLLM's for this GPU)."),
+    max_num_batched_tokens: Optional[int] = typer.Option(None, "--max-num-batched-tokens", help="vLLM's token budget per step."),
+    max_model_len: Optional[int] = typer.Option(None, "--max-model-len", help="Longest request (prompt + output tokens)."),
+    gpu_memory_utilization: Optional[float] = typer.Option(None, "--gpu-memory-utilization", help="Fraction of GPU memory vLLM may use (default 0.9)."),
+    enable_prefix_caching: bool = typer.Option(True, "--enable-prefix-caching/--no-enable-prefix-caching", help="Automatic prefix caching."),
+    tensor_parallel_size: int = typer.Option(1, "--tensor-parallel-size", "-tp", help="GPUs per replica, tensor parallel."),
+    pipeline_parallel_size: int = typer.Option(1, "--pipeline-parallel-size", "-pp", help="Pipeline stages per replica."),
+    block_size: Optional[int] = typer.Option(None, "--block-size", help="KV block size in tokens (default 16)."),
+    kv_cache_dtype: Optional[str] = typer.Option(None, "--kv-cache-dtype", help="auto or fp8."),
+    replicas: int = typer.Option(1, "--replicas", help="Independent replicas behind a router."),
+    router_policy: str = typer.Option("round_robin", "--router-policy", help="Routing policy for --replicas > 1."),
+    calibration: Optional[Path] = typer.Option(None, "--calibration", help="Calibration JSON from `servelab sim calibrate` (default: shipped factors)."),
+    percentile_metrics: str = typer.Option("ttft,tpot,itl", "--percentile-metrics", help="Metrics with percentiles."),
+    metric_percentiles: str = typer.Option("99", "--metric-percentiles", help="Percentiles, comma-separated."),
+    goodput: Optional[list[str]] = typer.Option(None, "--goodput", help="SLOs in ms: ttft:MS tpot:MS e2el:MS."),
+    save_result: bool = typer.Option(False, "--save-result", help="Write the result JSON file."),
+    result_dir: Optional[Path] = typer.Option(None, "--result-dir", help="Folder for the result file."),
+    result_filename: Optional[str] = typer.Option(None, "--result-filename", help="Result file name."),
+    append_result: bool = typer.Option(False, "--append-result", help="Append to the result file."),
+    metadata: Optional[list[str]] = typer.Option(None, "--metadata", help="KEY=VALUE pairs recorded in the result."),
+    save_detailed: bool = typer.Option(False, "--save-detailed", help="Per-request lengths, TTFTs, ITLs, errors."),
+    label: Optional[str] = typer.Option(None, "--label"),
+    as_json: bool = typer.Option(False, "--json", help="Print the result JSON on stdout (tables go to stderr)."),
+    trace: Optional[Path] = typer.Option(None, "--trace", help="Write one JSON line per engine step to this file."),
+) -> None:
+    """Simulate a bench run offline on a virtual clock: same flags and result JSON as `servelab bench`."""
+    from servelab.client.console import summary_table
+    from servelab.metrics.result import parse_metadata, write_result
+    from servelab.metrics.summary import (
+        SummaryOptions,
+        parse_goodput,
+        parse_metric_percentiles,
+        parse_percentile_metrics,
+    )
+    from servelab.sim.report import memory_lines, sim_lines
+    from servelab.sim.runner import run_offline
+
+    opts = engine_options(
+        model=model, gpu=gpu, quantization=quantization, max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max_num_batched_tokens, max_model_len=max_model_len,
+        gpu_memory_utilization=gpu_memory_utilization, enable_prefix_caching=enable_prefix_caching,
+        tensor_parallel_size=tensor_parallel_size, pipeline_parallel_size=pipeline_parallel_size,
+        block_size=block_size, kv_cache_dtype=kv_cache_dtype, replicas=replicas,
+        router_policy=router_policy, calibration=calibration)
+    summary_opts = SummaryOptions(
+        percentile_metrics=parse_percentile_metrics(percentile_metrics),
+        metric_percentiles=parse_metric_percentiles(metric_percentiles),
+        goodput=parse_goodput(list(goodput)) if goodput else None)
+    meta = parse_metadata(list(metadata or []))
+    date = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    out = run_offline(opts, dataset, seed, arrivals, max_concurrency, num_warmups,
+                      summary_opts, trace_path=trace, date=date, label=label, metadata=meta)
+    data = out.result.to_json_dict(detailed=save_detailed)
+    err = Console(stderr=True)
+    for note in out.notes:
+        err.print(f"[yellow]note:[/] {note}", highlight=False)
+    if save_result or append_result or result_filename or result_dir:
+        name = result_filename or (f"servelab-sim-{gpu}-{opts.replicas}x-"
+                                   f"{model.split('/')[-1]}-{date}.json")
+        path = (result_dir or Path(".")) / name
+        write_result(path, data, append_result)
+        err.print(f"result written to {path}", highlight=False)
+    console = Console(stderr=as_json)
+    for line in memory_lines(out.memory, out.max_model_len, opts.replicas):
+        console.print(line, highlight=False)
+    console.print(summary_table(out.result, "servelab sim run (simulated)"))
+    for line in sim_lines(out.num_steps, out.preemptions, out.run.duration_s):
+        console.print(line, highlight=False)
+    if as_json:
+        sys.stdout.write(json.dumps(data) + "\n")
+
+
+@sim_app.command("calibrate")
+@workload_flags
+@load_flags
+def calibrate_cmd(
+    results: list[Path] = typer.Argument(..., help="bench result JSON files measured on --gpu."),
+    *,
+    dataset: DatasetOptions,
+    seed: int,
+    arrivals: ArrivalOptions,
+    max_concurrency: Optional[int],
+    num_warmups: int,
+    model: str = _MODEL,
+    gpu: str = _GPU,
+    quantization: Optional[str] = typer.Option(None, "--quantization", help="Weight format of the measured runs."),
+    max_num_seqs: Optional[int] = typer.Option(None, "--max-num-seqs", help="As the measured server."),
+    max_num_batched_tokens: Optional[int] = typer.Option(None, "--max-num-batched-tokens", help="As the measured server."),
+    max_model_len: Optional[int] = typer.Option(None, "--max-model-len", help="As the measured server."),
+    gpu_memory_utilization: Optional[float] = typer.Option(None, "--gpu-memory-utilization", help="As the measured server."),
+    enable_prefix_caching: bool = typer.Option(True, "--enable-prefix-caching/--no-enable-prefix-caching", help="As the measured server."),
+    tensor_parallel_size: int = typer.Option(1, "--tensor-parallel-size", "-tp", help="As the measured server."),
+    pipeline_parallel_size: int = typer.Option(1, "--pipeline-parallel-size", "-pp", help="As the measured server."),
+    out: Path = typer.Option(..., "--out", help="Where to write the calibration JSON."),
+    max_evals: int = typer.Option(60, "--max-evals", help="Simulations the search may run."),
+) -> None:
+    """Fit efficiency factors and overheads to measured bench results; print what error is left.
+
+    The workload and load of each result are rebuilt from its `servelab` extras (seed,
+    tokenizer) and from these flags (dataset, num-prompts, rate, concurrency).
+    """
+    from servelab.sim.calibrate import calibrate, load_targets
+
+    opts = engine_options(
+        model=model, gpu=gpu, quantization=quantization, max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max_num_batched_tokens, max_model_len=max_model_len,
+        gpu_memory_utilization=gpu_memory_utilization, enable_prefix_caching=enable_prefix_caching,
+        tensor_parallel_size=tensor_parallel_size, pipeline_parallel_size=pipeline_parallel_size,
+        block_size=None, kv_cache_dtype=None, replicas=1, router_policy="round_robin",
+        calibration=None)
+    if max_evals < 1:
+        raise ServelabError(f"--max-evals {max_evals}: must be >= 1")
+    targets = load_targets(results, dataset, seed, arrivals, max_concurrency, num_warmups)
+    console = Console()
+    fit = calibrate(opts, targets, max_evals=max_evals,
+                    progress=lambda msg: console.print(msg, highlight=False))
+    fit.calibration.save(out)
+    console.print(f"wrote {out}", highlight=False)
+    for line in fit.report_lines():
+        console.print(line, highlight=False)
+
+
+def register(app: typer.Typer) -> None:
+    try:
+        from servelab.sim.server_cli import register_serve
+    except ModuleNotFoundError as exc:  # the online server lands separately
+        if exc.name != "servelab.sim.server_cli":
+            raise
+    else:
+        register_serve(sim_app)
+    app.add_typer(sim_app, name="sim")
+

@@ -1,0 +1,223 @@
+"""Fit a `Calibration` to measured bench results by re-simulating them (`servelab sim calibrate`).
+
+Each result file is re-run on the simulator with the same workload and load: the number of
+prompts, request rate, burstiness and max concurrency come from the result's vLLM keys, the
+seed and tokenizer from its `servelab` extras (else the flags), the dataset from the flags.
+The error is the sum over results and metrics of the squared relative error of the
+result's summary figures (`FIT_METRICS`, those present), TTFT weighted half (it carries
+network and client noise the bandwidth terms cannot explain), plus a weak pull towards the
+GPU class's defaults so that parameters the data cannot separate stay where they were.
+
+Fitted: `bandwidth_frac, compute_frac, overlap_penalty, step_overhead_ms,
+request_overhead_ms` (`per_seq_us` and `per_prefill_token_us` stay at their defaults: bench
+summaries cannot tell them from the step overhead and the compute fraction).
+The search is Nelder-Mead (`nelder_mead`, numpy only: scipy is not a dependency). Why: five
+parameters, an objective that is a whole simulation (no gradient; piecewise-smooth, since
+batch composition changes in steps), and a budget of tens of evaluations: a
+derivative-free simplex method fits that; coordinate search needs more evaluations for the
+correlated pair (bandwidth_frac, step_overhead_ms).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from servelab.errors import ServelabError
+from servelab.metrics.result import load_result
+from servelab.metrics.summary import SummaryOptions, summarize
+from servelab.sim.cost import Calibration
+from servelab.sim.runner import PreparedWorkload, prepare_workload, simulate_prepared
+from servelab.sim.setup import SimOptions
+from servelab.workload.arrivals import ArrivalOptions
+from servelab.workload.datasets import DatasetOptions
+
+FIT_METRICS: dict[str, float] = {
+    "total_token_throughput": 1.0, "output_throughput": 1.0, "mean_tpot_ms": 1.0,
+    "mean_itl_ms": 1.0, "p99_itl_ms": 0.5, "mean_ttft_ms": 0.5, "median_ttft_ms": 0.25,
+}
+PRIOR_WEIGHT = 0.002
+_PARAMS = ("bandwidth_frac", "compute_frac", "overlap_penalty", "step_overhead_ms",
+           "request_overhead_ms")
+_FRACS = ("bandwidth_frac", "compute_frac", "overlap_penalty")
+
+
+@dataclass(slots=True)
+class Target:
+    """One measured result and the simulation that reproduces its traffic."""
+
+    name: str
+    measured: dict[str, float]
+    workload: PreparedWorkload
+    seed: int
+    max_concurrency: int | None
+    num_warmups: int
+
+
+def _number(data: dict, key: str, path: Path) -> float | None:
+    value = data.get(key)
+    if value is None:
+        return None
+    if value == "inf":
+        return math.inf
+    if not isinstance(value, (int, float)):
+        raise ServelabError(f"{path}: key {key!r} is {value!r}, not a number")
+    return float(value)
+
+
+def load_targets(paths: Sequence[Path], dataset: DatasetOptions, seed: int,
+                 arrivals: ArrivalOptions, max_concurrency: int | None,
+                 num_warmups: int) -> list[Target]:
+    """Read result files and rebuild each one's workload (flags fill what a file lacks)."""
+    targets = []
+    for path in paths:
+        data = load_result(path)
+        measured = {k: v for k in FIT_METRICS if (v := _number(data, k, path)) is not None}
+        if not measured:
+            raise ServelabError(f"{path}: none of {', '.join(FIT_METRICS)} is in this result")
+        extras = data.get("servelab") or {}
+        run_seed = extras.get("seed") if isinstance(extras.get("seed"), int) else seed
+        ds_update: dict[str, object] = {}
+        if (n := _number(data, "num_prompts", path)) is not None:
+            ds_update["num_prompts"] = int(n)
+        tok = extras.get("tokenizer")
+        if isinstance(tok, str) and dataset.tokenizer is None and not tok.startswith("builtin:"):
+            ds_update["tokenizer"] = tok
+        ds = dataset.model_copy(update=ds_update)
+        arr_update: dict[str, float] = {}
+        for key in ("request_rate", "burstiness"):
+            if (v := _number(data, key, path)) is not None:
+                arr_update[key] = v
+        arr = arrivals.model_copy(update=arr_update)
+        conc = _number(data, "max_concurrency", path)
+        wl = prepare_workload(ds, run_seed, arr)
+        targets.append(Target(path.name, measured, wl, run_seed,
+                              int(conc) if conc is not None else max_concurrency, num_warmups))
+    return targets
+
+
+def simulated_metrics(opts: SimOptions, target: Target) -> dict[str, float]:
+    """The fit metrics of one simulation of `target` under `opts`."""
+    run, *_ = simulate_prepared(opts, target.workload, target.seed, target.max_concurrency,
+                                target.num_warmups)
+    res = summarize(run.records, run.duration_s, SummaryOptions(
+        percentile_metrics=("ttft", "tpot", "itl"), metric_percentiles=(99.0,)))
+    d = res.to_json_dict()
+    return {k: float(d[k]) for k in FIT_METRICS if k in d}
+
+
+def nelder_mead(f: Callable[[np.ndarray], float], x0: np.ndarray, step: float,
+                max_evals: int) -> tuple[np.ndarray, float, int]:
+    """Minimise `f` from `x0` (standard coefficients 1, 2, 0.5, 0.5); (x, f(x), evals)."""
+    n = len(x0)
+    simplex = [x0.astype(float)] + [x0 + step * np.eye(n)[i] for i in range(n)]
+    values = [f(x) for x in simplex]
+    evals = n + 1
+    while evals < max_evals:
+        order = np.argsort(values)
+        simplex = [simplex[i] for i in order]
+        values = [values[i] for i in order]
+        centroid = np.mean(simplex[:-1], axis=0)
+        xr = centroid + (centroid - simplex[-1])
+        fr = f(xr)
+        evals += 1
+        if fr < values[0]:
+            xe = centroid + 2.0 * (centroid - simplex[-1])
+            fe = f(xe)
+            evals += 1
+            simplex[-1], values[-1] = (xe, fe) if fe < fr else (xr, fr)
+        elif fr < values[-2]:
+            simplex[-1], values[-1] = xr, fr
+        else:
+            xc = centroid + 0.5 * (simplex[-1] - centroid)
+            fc = f(xc)
+            evals += 1
+            if fc < values[-1]:
+                simplex[-1], values[-1] = xc, fc
+            else:
+                for i in range(1, n + 1):
+                    simplex[i] = simplex[0] + 0.5 * (simplex[i] - simplex[0])
+                    values[i] = f(simplex[i])
+                evals += n
+    best = int(np.argmin(values))
+    return simplex[best], values[best], evals
+
+
+def _encode(cal: Calibration) -> np.ndarray:
+    out = []
+    for name in _PARAMS:
+        v = getattr(cal, name)
+        if name in _FRACS:
+            v = min(max(v, 0.01), 0.99)
+            out.append(math.log(v / (1 - v)))
+        else:
+            out.append(math.log(max(v, 1e-3)))
+    return np.array(out)
+
+
+def _decode(x: np.ndarray, base: Calibration) -> Calibration:
+    values = {}
+    for name, z in zip(_PARAMS, x):
+        values[name] = min(0.999, 1 / (1 + math.exp(-z))) if name in _FRACS else math.exp(z)
+    return base.model_copy(update=values)
+
+
+@dataclass(slots=True)
+class CalibrationFit:
+    calibration: Calibration
+    rows: list[tuple[str, str, float, float]] = field(default_factory=list)  # target, metric, measured, simulated
+    evals: int = 0
+
+    def report_lines(self) -> list[str]:
+        lines = [f"{'result':<28}{'metric':<24}{'measured':>12}{'simulated':>12}{'error':>9}"]
+        for name, metric, meas, sim in self.rows:
+            lines.append(f"{name:<28}{metric:<24}{meas:>12.2f}{sim:>12.2f}{_pct(sim, meas):>8.1f}%")
+        c = self.calibration
+        lines.append(f"fitted after {self.evals} simulations: bandwidth_frac {c.bandwidth_frac:.3f}, "
+                     f"compute_frac {c.compute_frac:.3f}, overlap_penalty {c.overlap_penalty:.3f}, "
+                     f"step_overhead_ms {c.step_overhead_ms:.2f}, "
+                     f"request_overhead_ms {c.request_overhead_ms:.2f}")
+        return lines
+
+
+def _pct(sim: float, meas: float) -> float:
+    return 100.0 * (sim - meas) / meas if meas else 0.0
+
+
+def calibrate(opts: SimOptions, targets: Sequence[Target], max_evals: int = 60,
+              progress: Callable[[str], None] | None = None) -> CalibrationFit:
+    """Fit `_PARAMS` of `opts`' calibration (starting from the GPU class defaults)."""
+    base = opts.resolved_calibration
+    prior = _encode(base)
+
+    def objective(x: np.ndarray) -> float:
+        trial = SimOptions(opts.model, opts.gpu, opts.quantization, opts.engine_args,
+                           opts.replicas, opts.router_policy, _decode(x, base))
+        err = PRIOR_WEIGHT * float(np.sum((x - prior) ** 2))
+        for t in targets:
+            sim = simulated_metrics(trial, t)
+            for k, meas in t.measured.items():
+                if meas and k in sim:
+                    err += FIT_METRICS[k] * ((sim[k] - meas) / meas) ** 2
+        return err
+
+    x, fx, evals = nelder_mead(objective, prior, 0.15, max_evals)
+    if progress is not None:
+        progress(f"objective {fx:.5f} after {evals} simulations")
+    best = _decode(x, base)
+    fit = CalibrationFit(best, evals=evals)
+    final = SimOptions(opts.model, opts.gpu, opts.quantization, opts.engine_args,
+                       opts.replicas, opts.router_policy, best)
+    errors: dict[str, float] = {}
+    for t in targets:
+        sim = simulated_metrics(final, t)
+        for k, meas in t.measured.items():
+            fit.rows.append((t.name, k, meas, sim.get(k, float("nan"))))
+            errors[f"{t.name}:{k}"] = round(_pct(sim.get(k, 0.0), meas), 2)
+    fit.calibration = best.model_copy(update={
+        "fitted_on": tuple(t.name for t in targets), "fit_error_pct": errors})
+    return fit

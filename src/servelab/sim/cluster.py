@@ -1,0 +1,73 @@
+"""N simulated replicas behind a routing policy (the router's own policies, unchanged).
+
+Each replica is its own `SimEngine` (optionally TP/PP: that lives in its cost model and KV
+pool). The policy sees what the proxy would see: `ReplicaView`s with the host's live
+in-flight count and fresh telemetry (running, waiting, KV usage; age 0, because the
+simulator reads its engines directly where the proxy scrapes `/metrics`). With one replica
+no policy is consulted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from servelab.router.records import ReplicaView, RouteRequest, RoutingPolicy
+from servelab.sim.engine import SimEngine
+
+
+@dataclass(frozen=True, slots=True)
+class NetworkCosts:
+    """Per-request time outside the engine (ms), added before the request reaches a replica.
+
+    `request_overhead_ms`: client -> server HTTP, JSON parsing, tokenisation, detokenise
+    and SSE of the first token (fitted by `sim calibrate`, as part of a `Calibration`);
+    `router_hop_ms`: the extra proxy hop when there is more than one replica.
+    """
+
+    request_overhead_ms: float = 3.0
+    router_hop_ms: float = 0.5
+
+
+class Cluster:
+    """Replicas, their in-flight counts and the routing policy."""
+
+    def __init__(self, engines: Sequence[SimEngine], policy: RoutingPolicy | None,
+                 network: NetworkCosts) -> None:
+        if not engines:
+            raise ValueError("a cluster needs at least one replica")
+        if len(engines) > 1 and policy is None:
+            raise ValueError("several replicas need a routing policy")
+        self.engines = list(engines)
+        self.policy = policy
+        self.network = network
+        self.in_flight = [0] * len(engines)
+        self.routed = [0] * len(engines)
+
+    @property
+    def ingress_s(self) -> float:
+        """Seconds from the client's send to the replica's queue."""
+        hop = self.network.router_hop_ms if len(self.engines) > 1 else 0.0
+        return (self.network.request_overhead_ms + hop) / 1e3
+
+    def route(self, req: RouteRequest, now_s: float) -> int:
+        """The replica index for `req` (counted in flight until `finished`)."""
+        if self.policy is None:
+            index = 0
+        else:
+            views = [
+                ReplicaView(index=i, healthy=True, in_flight=self.in_flight[i],
+                            running=len(e.scheduler.running), waiting=len(e.scheduler.waiting),
+                            kv_usage_frac=e.pool.usage_frac, telemetry_age_s=0.0)
+                for i, e in enumerate(self.engines)
+            ]
+            index = self.policy.choose(req, views, now_s).index
+        self.in_flight[index] += 1
+        self.routed[index] += 1
+        return index
+
+    def finished(self, index: int, req: RouteRequest, ttft_ms: float | None,
+                 mean_itl_ms: float | None, ok: bool, now_s: float) -> None:
+        self.in_flight[index] -= 1
+        if self.policy is not None:
+            self.policy.on_finished(index, req, ttft_ms, mean_itl_ms, ok, now_s)

@@ -1,0 +1,227 @@
+"""The simulated engine: one vLLM-like replica on a virtual clock (both drivers call this).
+
+The engine holds no clock. A driver calls `step(now_s)`; the engine schedules one step,
+prices it with its `CostModel` and says when its tokens leave the GPU
+(`now_s + duration_s`). The offline driver (`servelab.sim.offline`) advances a virtual
+clock by these durations; the online server sleeps them in real time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from servelab.errors import ServelabError
+from servelab.sim.blocks import BlockPool, prompt_block_hashes
+from servelab.sim.cost import Calibration, CostModel, RooflineCostModel, default_calibration
+from servelab.sim.scheduler import SchedRequest, ScheduledStep, Scheduler, SchedulerLimits
+
+
+@dataclass(frozen=True, slots=True)
+class SimRequest:
+    """One request as the engine receives it (token ids drive the prefix cache)."""
+
+    request_id: str
+    prompt_token_ids: tuple[int, ...]
+    max_tokens: int
+    arrival_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class TokenEvent:
+    """Tokens a request received in one step (emitted at the step's end)."""
+
+    request_id: str
+    num_tokens: int
+    finished: bool
+    first: bool
+    finish_reason: str | None  # "length" when max_tokens was reached
+
+
+@dataclass(frozen=True, slots=True)
+class StepResult:
+    """One step: when it started, how long it took, who got tokens, the engine state after."""
+
+    start_s: float
+    duration_s: float
+    events: tuple[TokenEvent, ...]
+    batch_size: int
+    num_prefill_tokens: int
+    num_decode_tokens: int
+    kv_usage_frac: float
+    num_running: int
+    num_waiting: int
+    num_preempted: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class EngineStats:
+    """Counters and gauges in vLLM's sense (`/metrics` names in docs/simulator.md)."""
+
+    running: int
+    waiting: int
+    kv_usage_frac: float
+    num_preemptions_total: int
+    prefix_cache_queries_total: int  # tokens
+    prefix_cache_hits_total: int     # tokens
+    prompt_tokens_total: int
+    generation_tokens_total: int
+    num_gpu_blocks: int
+    block_size: int
+
+
+@dataclass(frozen=True, slots=True)
+class SimConfig:
+    """The engine's shape: KV pool (from the planner) and vLLM's scheduler limits."""
+
+    num_gpu_blocks: int
+    block_size: int
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    max_model_len: int
+    enable_prefix_caching: bool = True
+    enable_chunked_prefill: bool = True
+    memory: Any = None  # the planner's MemoryPlan, for vLLM-style startup lines
+
+
+class RequestRejected(ServelabError):
+    """vLLM answers such a request with HTTP 400 before it reaches the scheduler."""
+
+    http_status = 400
+
+
+def rejection_message(prompt_len: int, max_tokens: int, max_model_len: int) -> str:
+    """vLLM's 400 message for a request longer than `max_model_len` (its wording)."""
+    if prompt_len >= max_model_len:
+        return (f"The decoder prompt (length {prompt_len}) is longer than the maximum model "
+                f"length of {max_model_len}. Make sure that `max_model_len` is no smaller "
+                "than the number of text tokens.")
+    return (f"'max_tokens' or 'max_completion_tokens' is too large: {max_tokens}. This "
+            f"model's maximum context length is {max_model_len} tokens and your request has "
+            f"{prompt_len} input tokens ({max_tokens} > {max_model_len} - {prompt_len}).")
+
+
+class SimEngine:
+    """A scheduler, a KV block pool and a cost model: one simulated replica."""
+
+    def __init__(self, config: SimConfig, cost: CostModel) -> None:
+        if config.num_gpu_blocks * config.block_size < config.max_model_len:
+            raise ServelabError(
+                f"the KV pool ({config.num_gpu_blocks * config.block_size} tokens) cannot hold "
+                f"one request of max_model_len {config.max_model_len}: lower --max-model-len "
+                "or raise --gpu-memory-utilization (vLLM refuses to start here too)")
+        self.config = config
+        self.cost = cost
+        self.memory = config.memory
+        self.pool = BlockPool(config.num_gpu_blocks, config.block_size, config.enable_prefix_caching)
+        self.scheduler = Scheduler(
+            SchedulerLimits(config.max_num_seqs, config.max_num_batched_tokens,
+                            config.max_model_len, config.enable_chunked_prefill), self.pool)
+        self._live: dict[str, SchedRequest] = {}
+        self._prompt_tokens_total = 0
+        self._generation_tokens_total = 0
+
+    def add_request(self, req: SimRequest) -> None:
+        """Queue a request; raises `RequestRejected` (HTTP 400 in vLLM) when
+        prompt + max_tokens exceeds max_model_len, and ValueError for a duplicate id."""
+        self.add(req.request_id, req.prompt_token_ids, req.max_tokens, req.arrival_s)
+
+    def add(self, request_id: str, prompt_token_ids: tuple[int, ...] | list[int],
+            max_tokens: int, arrival_s: float, tag: object = None) -> SchedRequest:
+        """`add_request` for drivers that keep a handle (`tag` is theirs to read back)."""
+        n = len(prompt_token_ids)
+        limit = self.config.max_model_len
+        if n + max_tokens > limit or n >= limit:
+            raise RequestRejected(rejection_message(n, max_tokens, limit))
+        if max_tokens < 1 or n < 1:
+            raise RequestRejected(f"request {request_id}: needs >= 1 prompt token and max_tokens >= 1")
+        if request_id in self._live:
+            raise ValueError(f"request id {request_id!r} is already in the engine")
+        hashes = (prompt_block_hashes(prompt_token_ids, self.config.block_size)
+                  if self.config.enable_prefix_caching else [])
+        sreq = SchedRequest(request_id, n, max_tokens, arrival_s, hashes, tag)
+        self._live[request_id] = sreq
+        self.scheduler.add(sreq)
+        return sreq
+
+    def abort(self, request_id: str) -> None:
+        """Remove a request (client went away); unknown or finished ids are ignored."""
+        sreq = self._live.pop(request_id, None)
+        if sreq is not None:
+            self.scheduler.remove(sreq)
+
+    def has_work(self) -> bool:
+        return bool(self._live)
+
+    def advance(self) -> tuple[float, ScheduledStep, list[SchedRequest], list[SchedRequest]]:
+        """Schedule, price and apply one step: (duration_s, step, emitted, finished).
+
+        The hot path of both drivers: no per-token objects.
+        """
+        sched = self.scheduler
+        step = sched.schedule()
+        if not step.reqs:
+            raise RuntimeError("engine has work but could schedule nothing (a bug)")
+        duration = self.cost.step_duration_s(step)
+        emitted, done = sched.finish_step(step)
+        self._generation_tokens_total += len(emitted)
+        for r in emitted:
+            if r.num_output == 1:
+                self._prompt_tokens_total += r.prompt_len
+        live = self._live
+        for r in done:
+            del live[r.request_id]
+        return duration, step, emitted, done
+
+    def step(self, now_s: float) -> StepResult:
+        """Run one step starting at virtual time `now_s`; its tokens arrive at
+        `now_s + duration_s`. Call only when `has_work()`."""
+        duration, step, emitted, _done = self.advance()
+        events = tuple(
+            TokenEvent(r.request_id, 1, r.finished, r.num_output == 1,
+                       "length" if r.finished else None)
+            for r in emitted)
+        return StepResult(
+            start_s=now_s, duration_s=duration, events=events, batch_size=len(step.reqs),
+            num_prefill_tokens=step.prefill_tokens, num_decode_tokens=step.decode_seqs,
+            kv_usage_frac=self.pool.usage_frac, num_running=len(self.scheduler.running),
+            num_waiting=len(self.scheduler.waiting), num_preempted=step.preempted)
+
+    @property
+    def stats(self) -> EngineStats:
+        s = self.scheduler
+        return EngineStats(
+            running=len(s.running), waiting=len(s.waiting), kv_usage_frac=self.pool.usage_frac,
+            num_preemptions_total=s.num_preemptions_total,
+            prefix_cache_queries_total=s.prefix_queries_tokens,
+            prefix_cache_hits_total=s.prefix_hits_tokens,
+            prompt_tokens_total=self._prompt_tokens_total,
+            generation_tokens_total=self._generation_tokens_total,
+            num_gpu_blocks=self.config.num_gpu_blocks, block_size=self.config.block_size)
+
+
+def build_engine(model: str, gpu: str, quantization: str | None, args: Any,
+                 calibration: Calibration | None) -> SimEngine:
+    """The simulated replica for `model` on `gpu` with vLLM `EngineArgs` `args`.
+
+    KV pool and limits come from the planner (`plan_memory`), so they equal what
+    `servelab plan` prints; step costs from the roofline with `calibration` (the shipped
+    defaults for the GPU class when None).
+    """
+    from servelab.hardware.catalog import get_gpu
+    from servelab.models import load_model
+    from servelab.plan import plan_memory
+
+    geometry = load_model(model, quantization)
+    spec = get_gpu(gpu)
+    mem = plan_memory(geometry, spec, args)
+    if not mem.fits:
+        raise ServelabError(f"{model} on {spec.name}: {mem.reason}")
+    cal = calibration if calibration is not None else default_calibration(spec.name)
+    cost = RooflineCostModel(geometry, spec, args, cal, quantization)
+    config = SimConfig(
+        num_gpu_blocks=mem.num_gpu_blocks, block_size=mem.block_size,
+        max_num_seqs=mem.max_num_seqs, max_num_batched_tokens=mem.max_num_batched_tokens,
+        max_model_len=mem.max_model_len, enable_prefix_caching=args.enable_prefix_caching,
+        memory=mem)
+    return SimEngine(config, cost)

@@ -1,0 +1,236 @@
+"""vLLM V1's scheduling policy on a virtual clock: who runs in the next step, with how many tokens.
+
+One step (`Scheduler.schedule`), as vLLM V1's `Scheduler.schedule()` does it:
+1. running requests in admission order, each asking for all its not-yet-computed tokens
+   (1 for a decode, the rest of a chunked prefill) capped by the remaining token budget
+   (`max_num_batched_tokens`); a request that cannot get a KV block for them preempts the
+   most recently admitted running request (recompute: its blocks are freed, its computed
+   tokens forgotten, it goes back to the *front* of the waiting queue), repeatedly, until
+   it fits or it preempted itself;
+2. only if nothing was preempted in this step: waiting requests FCFS while budget and
+   `max_num_seqs` allow; a prefix-cache hit skips its full blocks; the prompt is chunked to
+   the remaining budget; a request whose blocks cannot be allocated stops admission
+   (head-of-line blocking, as vLLM).
+After the step (`Scheduler.finish_step`), every request whose known tokens are all computed
+samples one token; a request with `max_tokens` outputs finishes and frees its blocks.
+
+Per-request state lives in `SchedRequest` (slots, ints); nothing is allocated per token.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from servelab.sim.blocks import BlockPool
+
+
+class SchedRequest:
+    """The scheduler's view of one request (mutable, internal to `servelab.sim`)."""
+
+    __slots__ = (
+        "request_id", "prompt_len", "max_tokens", "arrival_s", "hashes",
+        "num_output", "num_computed", "blocks", "num_registered", "finished", "tag",
+        "num_preemptions",
+    )
+
+    def __init__(self, request_id: str, prompt_len: int, max_tokens: int, arrival_s: float,
+                 hashes: list[int], tag: object = None) -> None:
+        self.request_id = request_id
+        self.prompt_len = prompt_len
+        self.max_tokens = max_tokens
+        self.arrival_s = arrival_s
+        self.hashes = hashes            # chained hashes of the prompt's full blocks
+        self.num_output = 0             # tokens sampled so far
+        self.num_computed = 0           # tokens whose KV is in the cache
+        self.blocks: list[int] = []
+        self.num_registered = 0         # leading blocks registered in the prefix cache
+        self.finished = False
+        self.tag = tag                  # the driver's handle (e.g. a record index)
+        self.num_preemptions = 0
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerLimits:
+    """vLLM's scheduler knobs (same names as its flags)."""
+
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    max_model_len: int
+    enable_chunked_prefill: bool = True
+
+
+@dataclass(slots=True)
+class ScheduledStep:
+    """What one step computes: parallel lists of requests and their new token counts.
+
+    `decode_context_tokens` sums the context each decode attends to; `prefill_context_tokens`
+    sums, over prefill chunks, chunk tokens x attended context (causal: c x n + n(n+1)/2 for a
+    chunk of n tokens after c cached ones), as the planner's `StepShape` defines it.
+    """
+
+    reqs: list[SchedRequest]
+    num_new: list[int]
+    decode_seqs: int
+    decode_context_tokens: int
+    prefill_tokens: int
+    prefill_context_tokens: int
+    preempted: int
+
+
+class Scheduler:
+    """Waiting and running queues over one `BlockPool`."""
+
+    def __init__(self, limits: SchedulerLimits, pool: BlockPool) -> None:
+        self.limits = limits
+        self.pool = pool
+        self.waiting: deque[SchedRequest] = deque()
+        self.running: list[SchedRequest] = []
+        self.num_preemptions_total = 0
+        self.prefix_queries_tokens = 0
+        self.prefix_hits_tokens = 0
+        self._preempted_now = 0
+
+    def add(self, req: SchedRequest) -> None:
+        self.waiting.append(req)
+
+    def remove(self, req: SchedRequest) -> None:
+        """Drop a request wherever it is (abort), freeing its blocks."""
+        if req in self.running:
+            self.running.remove(req)
+        elif req in self.waiting:
+            self.waiting.remove(req)
+        self._release(req)
+        req.finished = True
+
+    def _release(self, req: SchedRequest) -> None:
+        if req.blocks:
+            self.pool.free(req.blocks)
+        req.blocks = []
+        req.num_registered = 0
+
+    def _allocate(self, req: SchedRequest, num_new: int, hit: list[int]) -> bool:
+        """vLLM's `allocate_slots`: room for `num_new` more tokens after the hit blocks."""
+        pool, bs = self.pool, self.pool.block_size
+        total = req.num_computed + len(hit) * bs + num_new
+        need = -(-total // bs) - len(req.blocks) - len(hit)
+        if hit:
+            if need > pool.num_free_blocks - pool.num_evictable(hit):
+                return False
+            pool.touch(hit)
+            req.blocks.extend(hit)
+        elif need > pool.num_free_blocks:
+            return False
+        if need > 0:
+            req.blocks.extend(pool.allocate(need))
+        full = min(len(req.hashes), total // bs)
+        if pool.enable_caching and full > req.num_registered:
+            blocks, hashes = req.blocks, req.hashes
+            for i in range(req.num_registered, full):
+                pool.register(blocks[i], hashes[i])
+            req.num_registered = full
+        return True
+
+    def _allocate_or_preempt(self, req: SchedRequest, n: int) -> bool:
+        """Allocate for `req`, preempting the latest admitted running requests until it fits;
+        False when `req` itself was preempted (not counted in `_preempted_now`)."""
+        running = self.running
+        while not self._allocate(req, n, []):
+            victim = running.pop()
+            self._release(victim)
+            victim.num_computed = 0
+            victim.num_preemptions += 1
+            self.waiting.appendleft(victim)
+            if victim is req:
+                return False
+            self._preempted_now += 1
+        return True
+
+    def schedule(self) -> ScheduledStep:
+        """Choose the next step's batch (see the module docstring for the policy)."""
+        lim = self.limits
+        budget = lim.max_num_batched_tokens
+        reqs: list[SchedRequest] = []
+        nums: list[int] = []
+        d_seqs = d_ctx = p_tok = p_ctx = 0
+        preempted = 0
+        running = self.running
+        bs = self.pool.block_size
+        i = 0
+        while i < len(running) and budget > 0:
+            req = running[i]
+            n = req.prompt_len + req.num_output - req.num_computed
+            if n > budget:
+                n = budget
+            if n <= 0:
+                i += 1
+                continue
+            # Most decodes fit in the request's last block: skip the allocator then.
+            fits = (req.num_computed + n <= len(req.blocks) * bs
+                    and req.num_registered >= len(req.hashes))
+            if not fits and not self._allocate_or_preempt(req, n):
+                preempted += 1
+                break  # the request preempted itself: nothing after it can run either
+            reqs.append(req)
+            nums.append(n)
+            budget -= n
+            if n == 1 and req.num_computed >= req.prompt_len:
+                d_seqs += 1
+                d_ctx += req.num_computed + 1
+            else:
+                p_tok += n
+                p_ctx += n * req.num_computed + n * (n + 1) // 2
+            i += 1
+        preempted += self._preempted_now
+        self._preempted_now = 0
+        self.num_preemptions_total += preempted
+        if not preempted:
+            p_tok, p_ctx = self._admit(reqs, nums, budget, p_tok, p_ctx)
+        return ScheduledStep(reqs, nums, d_seqs, d_ctx, p_tok, p_ctx, preempted)
+
+    def _admit(self, reqs: list[SchedRequest], nums: list[int], budget: int,
+               p_tok: int, p_ctx: int) -> tuple[int, int]:
+        lim, pool, bs = self.limits, self.pool, self.pool.block_size
+        waiting, running = self.waiting, self.running
+        while waiting and budget > 0 and len(running) < lim.max_num_seqs:
+            req = waiting[0]
+            num_tokens = req.prompt_len + req.num_output
+            hit = pool.lookup(req.hashes, (num_tokens - 1) // bs) if pool.enable_caching else []
+            n = num_tokens - len(hit) * bs
+            if n > budget:
+                if not lim.enable_chunked_prefill:
+                    break
+                n = budget
+            if not self._allocate(req, n, hit):
+                break
+            waiting.popleft()
+            running.append(req)
+            if pool.enable_caching:
+                self.prefix_queries_tokens += num_tokens
+                self.prefix_hits_tokens += len(hit) * bs
+            req.num_computed = len(hit) * bs
+            reqs.append(req)
+            nums.append(n)
+            budget -= n
+            p_tok += n
+            p_ctx += n * req.num_computed + n * (n + 1) // 2
+        return p_tok, p_ctx
+
+    def finish_step(self, step: ScheduledStep) -> tuple[list[SchedRequest], list[SchedRequest]]:
+        """Apply a computed step: returns (requests that sampled a token, those that finished)."""
+        emitted: list[SchedRequest] = []
+        done: list[SchedRequest] = []
+        for req, n in zip(step.reqs, step.num_new):
+            req.num_computed += n
+            if req.num_computed >= req.prompt_len + req.num_output:
+                req.num_output += 1
+                emitted.append(req)
+                if req.num_output >= req.max_tokens:
+                    done.append(req)
+        if done:
+            running = self.running
+            for req in done:
+                running.remove(req)
+                self._release(req)
+                req.finished = True
+        return emitted, done

@@ -1,0 +1,75 @@
+"""From options to a runnable simulation: replicas, router, requests (the CLI's and calibrate's one path).
+
+`SimOptions` names the deployment (model, GPU, vLLM engine args, replicas, policy,
+calibration); `build_cluster` builds it; `offline_requests` turns a workload into the
+token ids the engines see.
+
+Prompt token ids: each prompt's text is tokenised with the workload's tokenizer and then
+fitted to the workload's own `prompt_len` (the count the bench client reports): cut, or
+padded with ids unique to the request (so padding never fakes a prefix-cache hit).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from servelab.sim.cluster import Cluster, NetworkCosts
+from servelab.sim.cost import Calibration, default_calibration
+from servelab.sim.engine import SimEngine, build_engine
+from servelab.sim.offline import OfflineRequest
+from servelab.workload.request import RequestSpec
+
+ROUTER_HOP_MS = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class SimOptions:
+    """One simulated deployment: `replicas` copies of (model on gpu with engine_args)."""
+
+    model: str
+    gpu: str
+    quantization: str | None
+    engine_args: Any  # the planner's EngineArgs
+    replicas: int = 1
+    router_policy: str = "round_robin"
+    calibration: Calibration | None = None
+
+    @property
+    def resolved_calibration(self) -> Calibration:
+        return self.calibration if self.calibration is not None else default_calibration(self.gpu)
+
+
+def build_cluster(opts: SimOptions, rng: random.Random) -> Cluster:
+    """Fresh engines (empty caches) for every replica, behind `opts.router_policy`."""
+    from servelab.router.policies import make_policy
+
+    if opts.replicas < 1:
+        raise ValueError("replicas must be >= 1")
+    cal = opts.resolved_calibration
+    first = build_engine(opts.model, opts.gpu, opts.quantization, opts.engine_args, cal)
+    engines = [first] + [SimEngine(first.config, first.cost) for _ in range(opts.replicas - 1)]
+    policy = make_policy(opts.router_policy, rng) if opts.replicas > 1 else None
+    return Cluster(engines, policy, NetworkCosts(cal.request_overhead_ms, ROUTER_HOP_MS))
+
+
+def fit_token_ids(ids: Sequence[int], prompt_len: int, index: int) -> tuple[int, ...]:
+    """`ids` cut or padded to `prompt_len`; padding ids are negative and unique to `index`."""
+    if len(ids) >= prompt_len:
+        return tuple(ids[:prompt_len])
+    base = -(index + 1) * 1_000_000
+    return tuple(ids) + tuple(base - j for j in range(prompt_len - len(ids)))
+
+
+def offline_requests(specs: Sequence[RequestSpec], tokenizer: Any) -> list[OfflineRequest]:
+    """The engines' view of `specs`: token ids from `tokenizer.encode_batch`, fitted to
+    each spec's `prompt_len`; the text is what a routing policy sees."""
+    texts = [s.text for s in specs]
+    encoded = tokenizer.encode_batch(texts) if texts else []
+    return [
+        OfflineRequest(index=s.index, prompt_token_ids=fit_token_ids(ids, s.prompt_len, s.index),
+                       output_len=s.output_len, route_text=text)
+        for s, ids, text in zip(specs, encoded, texts)
+    ]

@@ -1,0 +1,105 @@
+"""`servelab sim run` and `servelab sim calibrate` as subprocesses."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from servelab.metrics.records import RequestRecord
+from servelab.metrics.result import RunInfo
+from servelab.metrics.summary import SummaryOptions, summarize
+
+_BASE = ["--gpu", "L40S", "--model", "Qwen/Qwen3-14B", "--dataset-name", "random",
+         "--num-prompts", "16", "--random-input-len", "64", "--random-output-len", "6",
+         "--seed", "3"]
+
+
+def _sim(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "servelab", "sim", *args],
+                          capture_output=True, text=True, timeout=120)
+
+
+def _bench_keys() -> set[str]:
+    rec = RequestRecord(index=0, prompt_len=4, intended_send_s=0.0, send_s=0.0, output_len=2,
+                        ttft_ms=1.0, itl_ms=[1.0], e2el_ms=2.0)
+    run = RunInfo(date="d", backend="vllm", model_id="m", tokenizer_id="t", num_prompts=1,
+                  request_rate=1.0, max_concurrency=4, seed=1)
+    return set(summarize([rec], 1.0, SummaryOptions()).with_run(run).to_json_dict())
+
+
+def test_run_json_has_bench_keys_and_the_trace_accounts_for_every_token(tmp_path: Path) -> None:
+    trace = tmp_path / "steps.jsonl"
+    proc = _sim("run", *_BASE, "--max-concurrency", "4", "--json", "--trace", str(trace))
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert set(data) == _bench_keys()
+    assert data["completed"] == 16 and data["backend"] == "servelab-sim"
+    assert data["total_input_tokens"] == 16 * 64 and data["total_output_tokens"] == 16 * 6
+    steps = [json.loads(line) for line in trace.read_text().splitlines()]
+    # Random prompts share no full block, so every prompt token is prefilled once; every
+    # request's first token comes from its prefill step, the other five from decode steps.
+    assert sum(s["prefill_tokens"] for s in steps) == 16 * 64
+    assert sum(s["decode_tokens"] for s in steps) == 16 * 5
+    assert max(s["running"] for s in steps) <= 4
+    assert "GPU KV cache size:" in proc.stderr
+
+
+def test_run_saves_the_result_file(tmp_path: Path) -> None:
+    proc = _sim("run", *_BASE, "--save-result", "--result-dir", str(tmp_path),
+                "--result-filename", "r.json")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads((tmp_path / "r.json").read_text())
+    assert data["completed"] == 16 and data["servelab"]["seed"] == 3
+
+
+@pytest.mark.parametrize(("flags", "needle"), [
+    (["--gpu", "NoSuchGPU"], "NoSuchGPU"),
+    (["--replicas", "0"], "--replicas"),
+    (["--router-policy", "nope"], "nope"),
+    (["--calibration", "/nonexistent/cal.json"], "/nonexistent/cal.json"),
+    (["--max-model-len", "0"], "max_model_len"),
+])
+def test_bad_input_exits_2_with_a_message_and_no_traceback(flags: list[str], needle: str) -> None:
+    args = list(_BASE)
+    if flags[0] == "--gpu":
+        args[1] = flags[1]
+        flags = []
+    proc = _sim("run", *args, *flags)
+    assert proc.returncode == 2, proc.stderr
+    assert needle in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_bad_calibration_file_names_the_file_and_field(tmp_path: Path) -> None:
+    bad = tmp_path / "cal.json"
+    bad.write_text(json.dumps({"gpu_class": "L40S", "bandwidth_frac": 2.0}))
+    proc = _sim("run", *_BASE, "--calibration", str(bad))
+    assert proc.returncode == 2
+    assert str(bad) in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_calibrate_recovers_a_known_bandwidth_fraction(tmp_path: Path) -> None:
+    truth = tmp_path / "truth.json"
+    truth.write_text(json.dumps({
+        "gpu_class": "L40S", "bandwidth_frac": 0.6, "compute_frac": 0.62, "step_overhead_ms": 2.0,
+        "per_seq_us": 20.0, "per_prefill_token_us": 0.5, "request_overhead_ms": 3.0}))
+    common = ["--gpu", "L40S", "--model", "Qwen/Qwen3-14B", "--dataset-name", "random",
+              "--num-prompts", "8", "--random-input-len", "32", "--random-output-len", "16",
+              "--seed", "5", "--max-concurrency", "2"]
+    proc = _sim("run", *common, "--calibration", str(truth), "--save-result",
+                "--result-dir", str(tmp_path), "--result-filename", "measured.json")
+    assert proc.returncode == 0, proc.stderr
+    out = tmp_path / "fit.json"
+    proc = _sim("calibrate", str(tmp_path / "measured.json"), *common, "--out", str(out),
+                "--max-evals", "40")
+    assert proc.returncode == 0, proc.stderr
+    fit = json.loads(out.read_text())
+    # The default L40S bandwidth_frac is 0.86; the data were made with 0.6 (ITL is
+    # bandwidth-bound here), so the fit must move most of the way there.
+    assert abs(fit["bandwidth_frac"] - 0.6) < 0.1
+    assert abs(fit["fit_error_pct"]["measured.json:mean_itl_ms"]) < 3.0
+    assert "mean_itl_ms" in proc.stdout

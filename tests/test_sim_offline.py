@@ -1,0 +1,99 @@
+"""The offline driver and clusters: client semantics and closed-form timings."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from servelab.metrics.summary import SummaryOptions, summarize
+from servelab.router.policies import make_policy
+from servelab.sim.cluster import Cluster, NetworkCosts
+from servelab.sim.cost import LinearCost
+from servelab.sim.engine import SimConfig, SimEngine
+from servelab.sim.offline import OfflineRequest, simulate
+
+# 10 ms per step + 1 ms per prefill token + 0.5 ms per decode sequence.
+_COST = LinearCost(mem=(0.0,) * 5, comp=(0.0, 0.0005, 0.0, 0.001, 0.0), allreduce=(0.0,) * 5,
+                   pp_stages=1, pp_hop_s=0.0, step_overhead_s=0.010, per_seq_s=0.0,
+                   per_prefill_token_s=0.0)
+_NET = NetworkCosts(request_overhead_ms=3.0, router_hop_ms=0.5)
+
+
+def _engine(seqs: int = 8, mml: int = 512) -> SimEngine:
+    return SimEngine(SimConfig(num_gpu_blocks=256, block_size=16, max_num_seqs=seqs,
+                               max_num_batched_tokens=256, max_model_len=mml), _COST)
+
+
+def _req(i: int, plen: int, out: int) -> OfflineRequest:
+    return OfflineRequest(i, tuple(range(i * 1000, i * 1000 + plen)), out, route_text=f"p{i}")
+
+
+def test_one_request_alone_ttft_is_overhead_plus_prefill_step() -> None:
+    run = simulate(Cluster([_engine()], None, _NET), [_req(0, 40, 4)], [0.0])
+    (rec,) = run.records
+    assert rec.ttft_ms == pytest.approx(3.0 + 10.0 + 40.0)
+    assert rec.itl_ms == pytest.approx([10.5, 10.5, 10.5])
+    assert rec.e2el_ms == pytest.approx(53.0 + 31.5)
+    assert rec.output_len == 4 and rec.prompt_len == 40
+    assert run.duration_s == pytest.approx(0.0845)
+
+
+def test_decode_only_batch_step_follows_the_cost_model() -> None:
+    # Two requests arriving together: one joint prefill step, then joint decode steps.
+    run = simulate(Cluster([_engine()], None, _NET), [_req(0, 10, 3), _req(1, 20, 3)], [0.0, 0.0])
+    for rec in run.records:
+        assert rec.ttft_ms == pytest.approx(3.0 + 10.0 + 30.0)
+        assert rec.itl_ms == pytest.approx([11.0, 11.0])  # 10 ms + 2 x 0.5 ms
+
+
+def test_concurrency_slot_waits_are_recorded_like_the_client() -> None:
+    reqs = [_req(i, 10, 2) for i in range(3)]
+    run = simulate(Cluster([_engine()], None, _NET), reqs, [0.0, 0.0, 0.0], max_concurrency=1)
+    e2el = 3.0 + 20.0 + 10.5  # overhead, prefill step (10 + 10), one decode
+    waits = [r.slot_wait_ms for r in sorted(run.records, key=lambda r: r.index)]
+    assert waits == pytest.approx([0.0, e2el, 2 * e2el])
+    assert [r.send_s for r in run.records] == pytest.approx([0.0, e2el / 1e3, 2 * e2el / 1e3])
+
+
+def test_warmups_come_first_with_negative_times_and_are_left_out_of_the_summary() -> None:
+    reqs = [_req(i, 10, 2) for i in range(4)]
+    run = simulate(Cluster([_engine()], None, _NET), reqs, [0.0, 0.1, 0.2, 0.3], num_warmups=2)
+    warm = [r for r in run.records if r.warmup]
+    assert len(warm) == 2 and all(r.send_s < 0 for r in warm)
+    res = summarize(run.records, run.duration_s, SummaryOptions())
+    assert res.completed == 4
+
+
+def test_too_long_request_fails_with_http_400_and_the_rest_complete() -> None:
+    reqs = [_req(0, 100, 10), _req(1, 40, 10)]
+    run = simulate(Cluster([_engine(mml=64)], None, _NET), reqs, [0.0, 0.0])
+    by_index = {r.index: r for r in run.records}
+    assert by_index[0].error_kind == "http_400"
+    assert "longer than the maximum model length of 64" in (by_index[0].error or "")
+    assert by_index[1].success and by_index[1].output_len == 10
+
+
+def test_round_robin_cluster_spreads_requests_evenly() -> None:
+    engines = [_engine() for _ in range(4)]
+    cluster = Cluster(engines, make_policy("round_robin", random.Random(0)), _NET)
+    reqs = [_req(i, 10, 2) for i in range(12)]
+    run = simulate(cluster, reqs, [0.01 * i for i in range(12)])
+    assert cluster.routed == [3, 3, 3, 3]
+    assert cluster.in_flight == [0, 0, 0, 0]
+    assert all(r.success for r in run.records)
+    # The router hop is paid on top of the request overhead.
+    first = min(run.records, key=lambda r: r.index)
+    assert first.ttft_ms == pytest.approx(3.5 + 10.0 + 10.0)
+
+
+def test_every_request_finishes_under_load_with_a_small_pool() -> None:
+    eng = SimEngine(SimConfig(num_gpu_blocks=40, block_size=16, max_num_seqs=16,
+                              max_num_batched_tokens=128, max_model_len=512), _COST)
+    rng = random.Random(5)
+    reqs = [_req(i, rng.randrange(1, 200), rng.randrange(1, 200)) for i in range(80)]
+    run = simulate(Cluster([eng], None, _NET), reqs, [0.0] * 80)
+    assert sorted(r.index for r in run.records) == list(range(80))
+    assert all(r.success and r.output_len == q.output_len for r, q in
+               zip(sorted(run.records, key=lambda r: r.index), reqs))
+    assert eng.stats.num_preemptions_total > 0

@@ -1,0 +1,338 @@
+"""`servelab sim serve`'s HTTP layer over real sockets: shapes, counts, errors, /metrics.
+
+The server runs in the test's event loop on 127.0.0.1 around the real `SimEngine` with a
+round-number cost model (10 ms per step + 1 ms per prefill token + 0.5 ms per decode
+sequence), so token counts and usage are known exactly. `time_scale` 20 makes a simulated
+second last 50 ms of wall time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import aiohttp
+from prometheus_client.parser import text_string_to_metric_families
+
+from servelab.client.sse import DONE, SSEParser
+from servelab.sim.cost import LinearCost
+from servelab.sim.engine import SimConfig, SimEngine
+from servelab.sim.metrics_export import CacheConfig
+from servelab.sim.server import ARRIVAL_HEADER, ServerConfig, SimServer
+from servelab.workload.tokenizer import load_tokenizer
+
+DATA = Path(__file__).parent / "data" / "sim_server"
+MODEL = "sim-model"
+COST = LinearCost(mem=(0.0,) * 5, comp=(0.0, 0.0005, 0.0, 0.001, 0.0), allreduce=(0.0,) * 5,
+                  pp_stages=1, pp_hop_s=0.0, step_overhead_s=0.010, per_seq_s=0.0,
+                  per_prefill_token_s=0.0)
+TOKENIZER = load_tokenizer(None)
+
+
+def engine_config(max_model_len: int = 512, caching: bool = True) -> SimConfig:
+    return SimConfig(num_gpu_blocks=256, block_size=16, max_num_seqs=8,
+                     max_num_batched_tokens=256, max_model_len=max_model_len,
+                     enable_prefix_caching=caching)
+
+
+def cache_config(cfg: SimConfig) -> CacheConfig:
+    return CacheConfig(block_size=cfg.block_size, num_gpu_blocks=cfg.num_gpu_blocks,
+                       kv_cache_size_tokens=cfg.num_gpu_blocks * cfg.block_size,
+                       kv_cache_max_concurrency=cfg.num_gpu_blocks * cfg.block_size / cfg.max_model_len,
+                       kv_cache_memory_bytes=1 << 20, gpu_memory_utilization=0.9,
+                       enable_prefix_caching=cfg.enable_prefix_caching, cache_dtype="auto")
+
+
+@asynccontextmanager
+async def serving(time_scale: float = 20.0, max_model_len: int = 512,
+                  engine: SimEngine | None = None
+                  ) -> AsyncIterator[tuple[SimServer, aiohttp.ClientSession, str]]:
+    """A server on a free port around `engine` (default: the round-number engine)."""
+    if engine is None:
+        engine = SimEngine(engine_config(max_model_len), COST)
+    cfg = engine.config
+    server = SimServer(engine, TOKENIZER, TOKENIZER.info.vocab_size, cache_config(cfg),
+                       ServerConfig(served_model_name=MODEL, model="models/sim", time_scale=time_scale,
+                                    max_model_len=cfg.max_model_len))
+    port = await server.start()
+    try:
+        async with aiohttp.ClientSession() as session:
+            yield server, session, f"http://127.0.0.1:{port}"
+    finally:
+        await server.stop()
+
+
+async def read_sse(resp: aiohttp.ClientResponse) -> list[dict[str, object] | bytes]:
+    parser = SSEParser()
+    out: list[dict[str, object] | bytes] = []
+    async for chunk in resp.content.iter_any():
+        for payload in parser.feed(chunk):
+            out.append(DONE if payload == DONE else json.loads(payload))
+    return out
+
+
+def fixture_chunks(name: str) -> list[dict[str, object]]:
+    parser = SSEParser()
+    payloads = parser.feed((DATA / name).read_bytes()) + parser.close()
+    return [json.loads(p) for p in payloads if p != DONE]
+
+
+def run(coro: object) -> object:
+    return asyncio.run(coro)  # type: ignore[arg-type]
+
+
+PROMPT = "The quick brown fox jumps over the lazy dog."
+
+
+def test_streamed_completion_has_vllms_chunks_and_exact_usage() -> None:
+    async def go() -> list[dict[str, object] | bytes]:
+        async with serving() as (_s, session, url):
+            body = {"model": MODEL, "prompt": PROMPT, "max_tokens": 7, "stream": True,
+                    "ignore_eos": True, "stream_options": {"include_usage": True}}
+            async with session.post(url + "/v1/completions", json=body) as resp:
+                assert resp.status == 200
+                assert resp.headers["Content-Type"].startswith("text/event-stream")
+                return await read_sse(resp)
+
+    events = run(go())
+    assert events[-1] == DONE
+    chunks = events[:-1]
+    tokens, final = chunks[:-1], chunks[-1]
+    assert len(tokens) == 7  # one chunk per engine output, one token each
+    assert [c["choices"][0]["finish_reason"] for c in tokens] == [None] * 6 + ["length"]
+    assert all(c["choices"][0]["text"] for c in tokens)
+    prompt_len = len(TOKENIZER.encode(PROMPT))
+    assert final["choices"] == []
+    assert final["usage"] == {"prompt_tokens": prompt_len, "total_tokens": prompt_len + 7,
+                              "completion_tokens": 7}
+    want = fixture_chunks("vllm-0.32.0-cpu-stream-completions.sse")
+    assert set(tokens[0]) == set(want[0])
+    assert set(tokens[0]["choices"][0]) == set(want[0]["choices"][0])
+    assert set(final) == set(want[-1])
+    assert tokens[0]["object"] == "text_completion" and tokens[0]["model"] == MODEL
+
+
+def test_streamed_chat_starts_with_the_role_and_counts_usage_per_chunk() -> None:
+    async def go() -> list[dict[str, object] | bytes]:
+        async with serving() as (_s, session, url):
+            body = {"model": MODEL, "messages": [{"role": "user", "content": PROMPT}],
+                    "max_completion_tokens": 5, "stream": True,
+                    "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+            async with session.post(url + "/v1/chat/completions", json=body) as resp:
+                assert resp.status == 200
+                return await read_sse(resp)
+
+    events = run(go())
+    chunks = events[:-1]
+    want = fixture_chunks("vllm-0.32.0-cpu-stream-chat.sse")
+    assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    assert chunks[0]["object"] == want[0]["object"] == "chat.completion.chunk"
+    content = chunks[1:-1]
+    assert len(content) == 5
+    assert [c["usage"]["completion_tokens"] for c in content] == [1, 2, 3, 4, 5]
+    assert content[-1]["choices"][0]["finish_reason"] == "length"
+    assert set(content[-1]["choices"][0]) == set(want[-2]["choices"][0])
+    assert set(content[0]["choices"][0]) == set(want[1]["choices"][0])
+    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] == 5
+
+
+def test_non_streaming_completion_and_chat_report_usage() -> None:
+    async def go() -> tuple[dict, dict, dict]:
+        async with serving() as (_s, session, url):
+            ids = list(range(100, 140))
+            async with session.post(url + "/v1/completions",
+                                    json={"model": MODEL, "prompt": ids, "max_tokens": 4}) as r:
+                comp = await r.json()
+                assert ARRIVAL_HEADER in r.headers
+            async with session.post(url + "/v1/chat/completions",
+                                    json={"model": MODEL, "max_tokens": 3,
+                                          "messages": [{"role": "user", "content": "hi"}]}) as r:
+                chat = await r.json()
+            async with session.post(url + "/v1/completions",
+                                    json={"model": MODEL, "prompt": "hello"}) as r:
+                default = await r.json()
+            return comp, chat, default
+
+    comp, chat, default = run(go())
+    assert comp["object"] == "text_completion"
+    assert comp["usage"]["prompt_tokens"] == 40 and comp["usage"]["completion_tokens"] == 4
+    assert comp["choices"][0]["finish_reason"] == "length" and comp["choices"][0]["text"]
+    assert chat["object"] == "chat.completion"
+    assert chat["choices"][0]["message"]["role"] == "assistant"
+    chatml = "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+    assert chat["usage"]["prompt_tokens"] == len(TOKENIZER.encode(chatml))
+    assert chat["usage"]["completion_tokens"] == 3
+    assert default["usage"]["completion_tokens"] == 16  # vLLM's completions default
+
+
+def test_models_tokenize_health_version() -> None:
+    async def go() -> tuple[dict, dict, int, dict]:
+        async with serving(max_model_len=384) as (_s, session, url):
+            async with session.get(url + "/v1/models") as r:
+                models = await r.json()
+            async with session.post(url + "/tokenize", json={"model": MODEL, "prompt": PROMPT}) as r:
+                tok = await r.json()
+            async with session.get(url + "/health") as r:
+                health = r.status
+            async with session.get(url + "/version") as r:
+                version = await r.json()
+            return models, tok, health, version
+
+    models, tok, health, version = run(go())
+    assert [m["id"] for m in models["data"]] == [MODEL]
+    assert models["data"][0]["max_model_len"] == 384
+    assert tok["tokens"] == TOKENIZER.encode(PROMPT)
+    assert tok["count"] == len(tok["tokens"]) and tok["max_model_len"] == 384
+    assert health == 200
+    assert "servelab.sim" in version["version"]
+
+
+def test_errors_have_vllms_shape_and_status() -> None:
+    async def go() -> dict[str, tuple[int, dict]]:
+        out = {}
+        async with serving(max_model_len=64) as (_s, session, url):
+            cases = {
+                "wrong_model": {"model": "other", "prompt": "x", "max_tokens": 1},
+                "too_long": {"model": MODEL, "prompt": list(range(64)), "max_tokens": 1},
+                "max_tokens": {"model": MODEL, "prompt": list(range(60)), "max_tokens": 5},
+                "no_prompt": {"model": MODEL, "max_tokens": 5},
+                "batch": {"model": MODEL, "prompt": ["a", "b"], "max_tokens": 5},
+                "n": {"model": MODEL, "prompt": "a", "max_tokens": 5, "n": 2},
+            }
+            for name, body in cases.items():
+                async with session.post(url + "/v1/completions", json=body) as r:
+                    out[name] = (r.status, await r.json())
+            async with session.post(url + "/v1/completions", data=b"{not json",
+                                    headers={"Content-Type": "application/json"}) as r:
+                out["malformed"] = (r.status, await r.json())
+        return out
+
+    out = run(go())
+    assert out["wrong_model"][0] == 404
+    assert out["wrong_model"][1]["error"]["message"] == "The model `other` does not exist."
+    assert out["wrong_model"][1]["error"]["type"] == "NotFoundError"
+    for name in ("too_long", "max_tokens", "no_prompt", "malformed", "batch", "n"):
+        status, body = out[name]
+        assert status == 400, name
+        assert set(body["error"]) == {"message", "type", "param", "code"}
+        assert body["error"]["code"] == 400 and body["error"]["type"] == "BadRequestError"
+    assert "maximum model length of 64" in out["too_long"][1]["error"]["message"]
+    assert "(5 > 64 - 60)" in out["max_tokens"][1]["error"]["message"]
+    assert "not valid JSON" in out["malformed"][1]["error"]["message"]
+
+
+def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    out = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def _with(labels: tuple[tuple[str, str], ...], **more: str) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted(labels + tuple(more.items())))
+
+
+def _families(text: str) -> dict[str, tuple[str, frozenset[str]]]:
+    """name -> (type, label names other than le) of the vllm: families."""
+    out = {}
+    for fam in text_string_to_metric_families(text):
+        if fam.name.startswith("vllm:"):
+            labels = frozenset(k for s in fam.samples for k in s.labels if k != "le")
+            out[fam.name] = (fam.type, labels)
+    return out
+
+
+def test_metrics_have_vllms_names_and_exact_token_totals() -> None:
+    prompts = [list(range(10, 10 + n)) for n in (20, 33, 47)]
+    outs = [3, 5, 8]
+
+    async def go() -> str:
+        async with serving() as (_s, session, url):
+            async def one(p: list[int], n: int) -> None:
+                body = {"model": MODEL, "prompt": p, "max_tokens": n, "stream": True}
+                async with session.post(url + "/v1/completions", json=body) as r:
+                    await read_sse(r)
+
+            await asyncio.gather(*(one(p, n) for p, n in zip(prompts, outs)))
+            async with session.get(url + "/metrics") as r:
+                return await r.text()
+
+    text = run(go())
+    samples = _samples(text)
+    lab = (("engine", "0"), ("model_name", MODEL))
+    assert samples[("vllm:prompt_tokens_total", lab)] == 100
+    assert samples[("vllm:generation_tokens_total", lab)] == 16
+    assert samples[("vllm:num_requests_running", lab)] == 0
+    assert samples[("vllm:num_requests_waiting", lab)] == 0
+    assert samples[("vllm:time_to_first_token_seconds_count", lab)] == 3
+    assert samples[("vllm:inter_token_latency_seconds_count", lab)] == 16 - 3
+    assert samples[("vllm:e2e_request_latency_seconds_count", lab)] == 3
+    assert samples[("vllm:request_success_total", _with(lab, finished_reason="length"))] == 3
+    # The prompts share their first block (ids 10..25): whichever is scheduled first, the
+    # others find it cached (vLLM registers a block's hash when it is allocated).
+    assert samples[("vllm:prefix_cache_queries_total", lab)] == 100
+    assert samples[("vllm:prefix_cache_hits_total", lab)] > 0
+
+    got = _families(text)
+    want = _families((DATA / "vllm-0.32.0-cpu-metrics.prom").read_text())
+    for name, (kind, labels) in got.items():
+        assert name in want, name
+        assert kind == want[name][0], name
+        if name == "vllm:cache_config_info":
+            assert labels <= want[name][1]
+            assert {"block_size", "kv_cache_size_tokens", "gpu_memory_utilization",
+                    "enable_prefix_caching", "engine"} <= labels
+        else:
+            assert labels == want[name][1], name
+    required = {"vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
+                "vllm:num_preemptions", "vllm:prefix_cache_queries", "vllm:prefix_cache_hits",
+                "vllm:prompt_tokens", "vllm:generation_tokens", "vllm:time_to_first_token_seconds",
+                "vllm:inter_token_latency_seconds", "vllm:e2e_request_latency_seconds",
+                "vllm:request_queue_time_seconds", "vllm:request_prefill_time_seconds",
+                "vllm:request_decode_time_seconds", "vllm:cache_config_info"}
+    assert required <= set(got)
+    info = [k for k in samples if k[0] == "vllm:cache_config_info"]
+    assert dict(info[0][1])["kv_cache_size_tokens"] == str(256 * 16)
+
+
+def test_client_disconnect_aborts_the_request_in_the_engine() -> None:
+    async def go() -> dict:
+        async with serving(time_scale=1.0) as (server, session, url):
+            body = {"model": MODEL, "prompt": PROMPT, "max_tokens": 400, "stream": True}
+            resp = await session.post(url + "/v1/completions", json=body)
+            await resp.content.readline()  # the first token arrived: it runs
+            assert server.driver.num_in_flight == 1
+            resp.close()
+            for _ in range(500):  # the server notices the closed socket
+                if server.driver.num_in_flight == 0:
+                    break
+                await asyncio.sleep(0.01)
+            async with session.get(url + "/metrics") as r:
+                return _samples(await r.text())
+
+    samples = run(go())
+    lab = (("engine", "0"), ("model_name", MODEL))
+    assert samples[("vllm:num_requests_running", lab)] == 0
+    assert samples[("vllm:request_success_total", _with(lab, finished_reason="abort"))] == 1
+    assert samples[("vllm:generation_tokens_total", lab)] < 400
+
+
+def test_stop_ends_open_streams_with_abort() -> None:
+    async def go() -> list[dict[str, object] | bytes]:
+        async with serving(time_scale=1.0) as (server, session, url):
+            body = {"model": MODEL, "prompt": PROMPT, "max_tokens": 400, "stream": True,
+                    "stream_options": {"include_usage": True}}
+            async with session.post(url + "/v1/completions", json=body) as resp:
+                first = await resp.content.readline()
+                await server.stop()
+                rest = await read_sse(resp)
+                return [json.loads(first[6:])] + rest
+
+    events = run(go())
+    assert events[-1] == DONE
+    assert events[-3]["choices"][0]["finish_reason"] == "abort"
+    assert events[-2]["usage"]["completion_tokens"] == len(events) - 3
