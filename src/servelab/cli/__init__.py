@@ -41,7 +41,16 @@ def _root(
 
 # One line per command module; each module owns its flags and exposes register(app).
 _COMMAND_MODULES = (
+    "servelab.cli.route",
     "servelab.cli.data",
+    "servelab.cli.probe",
+    "servelab.cli.plan",
+    "servelab.cli.bench",
+    "servelab.cli.sim",
+    "servelab.cli.run",
+    "servelab.cli.report",
+    "servelab.cli.sweep",
+    "servelab.cli.tune",
 )
 
 
@@ -55,22 +64,38 @@ def _register_all() -> None:
 def main() -> None:
     """Console-script entry point."""
     _register_all()
+    err = Console(stderr=True)
     try:
-        app(standalone_mode=False)
+        # Non-standalone click returns (not raises) the code of a command's typer.Exit.
+        rc = app(standalone_mode=False)
+        if isinstance(rc, int) and rc != 0:
+            sys.exit(rc)
     except ServelabError as exc:
-        Console(stderr=True).print(f"[bold red]error:[/] {exc}", highlight=False)
+        # markup=False: messages quote things like `servelab[sharegpt]` verbatim.
+        err.print(f"error: {exc}", markup=False, highlight=False)
         sys.exit(2)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
-    except typer.Abort:
-        Console(stderr=True).print("aborted")
+    except (typer.Abort, KeyboardInterrupt):
+        err.print("aborted")
         sys.exit(130)
-    except KeyboardInterrupt:
-        sys.exit(130)
-    except Exception as exc:  # click usage errors arrive here in non-standalone mode
-        import click
-
-        if isinstance(exc, click.exceptions.ClickException):
+    except Exception as exc:
+        # Usage errors (unknown flag, bad type) come from the click typer bundles; they
+        # know how to print themselves and carry click's exit code (2).
+        if hasattr(exc, "show") and isinstance(getattr(exc, "exit_code", None), int):
             exc.show()
             sys.exit(exc.exit_code)
+        from pydantic import ValidationError
+
+        if isinstance(exc, ValidationError):
+            err.print(f"error: {_validation_message(exc)}", markup=False, highlight=False)
+            sys.exit(2)
         raise
+
+
+def _validation_message(exc: "ValidationError") -> str:  # noqa: F821
+    parts = []
+    for e in exc.errors():
+        where = ".".join(str(x) for x in e["loc"]) or exc.title
+        parts.append(f"{where}: {e['msg']}")
+    return "; ".join(parts)

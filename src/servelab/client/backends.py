@@ -1,0 +1,78 @@
+"""Request bodies for each backend: what `servelab bench --backend` sends and where.
+
+| backend | endpoint | body |
+|---|---|---|
+| `openai` | /v1/completions | prompt, max_tokens, stream, stream_options.include_usage |
+| `openai-chat` | /v1/chat/completions | messages, max_completion_tokens, stream, include_usage |
+| `vllm` | /v1/completions | openai's, plus ignore_eos, continuous_usage_stats |
+| `sglang` | /v1/completions | openai's, plus ignore_eos, continuous_usage_stats |
+
+`continuous_usage_stats` makes the server put the running `completion_tokens` in every
+chunk, so the client knows how many tokens each chunk carried (see `tally.py`); plain
+OpenAI servers reject unknown fields, so `openai`/`openai-chat` only ask for the final
+usage and send `ignore_eos` only when `--ignore-eos` is given. Chat requests sent to a
+completions backend are flattened (turns joined by newlines), and completions prompts sent
+to a chat backend become one user turn.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from servelab.errors import ServelabError
+from servelab.workload.request import RequestSpec
+
+
+@dataclass(frozen=True, slots=True)
+class Backend:
+    """How one backend family is spoken to.
+
+    `chat` selects the chat API's body; `engine_extras` adds the vLLM/SGLang sampling
+    extras (`ignore_eos` always sent, continuous usage stats asked for).
+    """
+
+    name: str
+    default_endpoint: str
+    chat: bool
+    engine_extras: bool
+
+    def body(self, spec: RequestSpec, model: str, ignore_eos: bool) -> bytes:
+        """The JSON body (bytes) for one streaming request; built before the run starts."""
+        payload: dict[str, object] = {"model": model, "stream": True}
+        if self.chat:
+            if spec.messages is not None:
+                payload["messages"] = [{"role": m.role, "content": m.content} for m in spec.messages]
+            else:
+                payload["messages"] = [{"role": "user", "content": spec.prompt}]
+            payload["max_completion_tokens"] = spec.output_len
+        else:
+            payload["prompt"] = spec.text
+            payload["max_tokens"] = spec.output_len
+        payload["temperature"] = 0.0
+        if self.engine_extras:
+            payload["ignore_eos"] = ignore_eos
+            payload["stream_options"] = {"include_usage": True, "continuous_usage_stats": True}
+        else:
+            if ignore_eos:
+                payload["ignore_eos"] = True
+            payload["stream_options"] = {"include_usage": True}
+        return json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+BACKENDS: dict[str, Backend] = {
+    "openai": Backend("openai", "/v1/completions", chat=False, engine_extras=False),
+    "openai-chat": Backend("openai-chat", "/v1/chat/completions", chat=True, engine_extras=False),
+    "vllm": Backend("vllm", "/v1/completions", chat=False, engine_extras=True),
+    "sglang": Backend("sglang", "/v1/completions", chat=False, engine_extras=True),
+}
+
+
+def get_backend(name: str) -> Backend:
+    """The backend called `name`; a ServelabError naming the choices otherwise."""
+    try:
+        return BACKENDS[name]
+    except KeyError:
+        raise ServelabError(
+            f"--backend {name!r} is not known; choose one of: {', '.join(BACKENDS)}"
+        ) from None

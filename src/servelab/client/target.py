@@ -1,0 +1,68 @@
+"""The HTTP target a schedule is sent to, and the reachability check made before a run."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from dataclasses import dataclass, field
+
+import aiohttp
+
+from servelab.client.backends import Backend
+from servelab.errors import ServelabError
+
+
+@dataclass(frozen=True, slots=True)
+class TargetConfig:
+    """Where and how requests are sent.
+
+    `base_url` is scheme://host:port (no trailing slash); `endpoint` the path requests are
+    POSTed to. `api_key` becomes an `Authorization: Bearer` header and nothing else: it is
+    excluded from `repr`, and results record none of this object.
+    """
+
+    base_url: str
+    endpoint: str
+    backend: Backend
+    model: str
+    ignore_eos: bool = False
+    request_timeout_s: float = 600.0
+    api_key: str | None = field(default=None, repr=False)
+
+    @property
+    def url(self) -> str:
+        return self.base_url + self.endpoint
+
+    def headers(self) -> dict[str, str]:
+        """Request headers; the only place the API key is used."""
+        headers = {"Content-Type": "application/json"}
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        return headers
+
+
+async def check_reachable(target_base_url: str, headers: dict[str, str], timeout_s: float = 10.0) -> list[str]:
+    """GET `/v1/models` and return the model ids it lists ([] when it lists none or is not
+    an OpenAI model list; any HTTP answer counts as reachable). Raise ServelabError when the
+    connection cannot be made, naming the URL and the reason."""
+    url = target_base_url + "/v1/models"
+    try:
+        async with aiohttp.ClientSession(
+            timeout=aiohttp.ClientTimeout(total=timeout_s), headers=headers
+        ) as session:
+            async with session.get(url) as resp:
+                body = await resp.read()
+    except aiohttp.ClientConnectorError as exc:
+        err = exc.os_error
+        reason = os.strerror(err.errno) if err is not None and err.errno else str(exc)
+        raise ServelabError(f"cannot reach {target_base_url}: {reason.lower()}") from None
+    except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+        raise ServelabError(
+            f"cannot reach {target_base_url}: {type(exc).__name__} {exc}".rstrip()
+        ) from None
+    try:
+        data = json.loads(body).get("data") or []
+        return [str(m["id"]) for m in data if isinstance(m, dict) and "id" in m]
+    except (ValueError, AttributeError, TypeError):
+        return []

@@ -1,0 +1,200 @@
+"""Multi-process sending: a schedule split over N client processes sharing one t0.
+
+For request rates one event loop cannot keep up with. Request i goes to process i mod N;
+the concurrency cap is split as evenly as integers allow (so the total in flight never
+exceeds it; a process's free slots are not lent to another). Each process has its own
+event loop (uvloop when installed), opens its connections and sends its share of the
+warm-ups, reports ready; the parent then picks t0 a little ahead on `time.perf_counter`
+(the system-wide monotonic clock on Linux, so all processes read the same time) and every
+process sends its share at `t0 + intended_s`. Processes share nothing; their records are
+merged, in schedule order, with times relative to the common t0. Progress counters come
+back every `PROGRESS_INTERVAL_S`. Children ignore SIGINT: the parent owns Ctrl-C and
+tells them to stop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing as mp
+import signal
+import time
+from collections.abc import Callable, Sequence
+from multiprocessing.connection import Connection, wait
+
+from servelab.client.sender import PREOPEN_MAX, OnProgress, ScheduleSender, SendStatus
+from servelab.client.target import TargetConfig
+from servelab.errors import ServelabError
+from servelab.metrics.records import RequestRecord
+from servelab.workload.request import RequestSpec
+
+PROGRESS_INTERVAL_S = 0.25
+START_LEAD_S = 0.05
+
+
+def new_event_loop() -> asyncio.AbstractEventLoop:
+    """uvloop's event loop when installed (faster I/O callbacks), else asyncio's."""
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency off Windows
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
+
+
+def split_cap(cap: int | None, n: int) -> list[int | None]:
+    """Per-process caps summing to `cap` (None: no cap anywhere)."""
+    if cap is None:
+        return [None] * n
+    return [cap // n + (1 if p < cap % n else 0) for p in range(n)]
+
+
+def _child(
+    conn: Connection,
+    target: TargetConfig,
+    requests: list[RequestSpec],
+    intended_s: list[float],
+    cap: int | None,
+    warmups: list[RequestSpec],
+) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    loop = new_event_loop()
+    try:
+        loop.run_until_complete(_child_run(conn, target, requests, intended_s, cap, warmups))
+    finally:
+        loop.close()
+        conn.close()
+
+
+async def _child_run(
+    conn: Connection,
+    target: TargetConfig,
+    requests: list[RequestSpec],
+    intended_s: list[float],
+    cap: int | None,
+    warmups: list[RequestSpec],
+) -> None:
+    loop = asyncio.get_running_loop()
+    try:
+        async with ScheduleSender(target, cap) as sender:
+            n = len(requests)
+            await sender.preopen(min(cap or n, n, PREOPEN_MAX))
+            t_warm = time.perf_counter()
+            warm = await sender.warmup(warmups, t_warm) if warmups else []
+            conn.send(("ready", None))
+            kind, t0 = await loop.run_in_executor(None, conn.recv)
+            if kind != "go":
+                return
+            for r in warm:
+                r.send_s -= t0 - t_warm
+                r.intended_send_s -= t0 - t_warm
+            sender.status = SendStatus()
+            stop = asyncio.Event()
+
+            async def report() -> None:
+                while True:
+                    await asyncio.sleep(PROGRESS_INTERVAL_S)
+                    while conn.poll():
+                        if conn.recv()[0] == "stop":
+                            stop.set()
+                    s = sender.status
+                    conn.send(("progress", (s.done, s.failed, s.in_flight, s.output_tokens)))
+
+            reporter = asyncio.ensure_future(report())
+            records = await sender.run(requests, intended_s, t0, stop)
+            reporter.cancel()
+            conn.send(("records", warm + records))
+    except ServelabError as exc:
+        conn.send(("error", str(exc)))
+
+
+async def send_schedule_processes(
+    target: TargetConfig,
+    requests: Sequence[RequestSpec],
+    intended_s: Sequence[float],
+    num_processes: int,
+    max_concurrency: int | None = None,
+    num_warmups: int = 0,
+    on_progress: OnProgress | None = None,
+    stop: asyncio.Event | None = None,
+    clock: Callable[[], float] = time.perf_counter,
+    on_start: Callable[[float], None] | None = None,
+) -> list[RequestRecord]:
+    """Like `send_schedule`, over `num_processes` client processes (see the module doc).
+
+    `clock` must be `time.perf_counter` (the children read it); it is a parameter only so
+    callers can pass the same clock to everything that lines up with t0.
+    """
+    n_req = len(requests)
+    n = max(1, min(num_processes, n_req, max_concurrency or num_processes))
+    caps = split_cap(max_concurrency, n)
+    ctx = mp.get_context("spawn")
+    pipes: list[Connection] = []
+    procs = []
+    for p in range(n):
+        mine = range(p, n_req, n)
+        warm = [requests[i % n_req] for i in range(num_warmups)][p::n]
+        parent, child = ctx.Pipe()
+        proc = ctx.Process(
+            target=_child,
+            args=(child, target, [requests[i] for i in mine], [float(intended_s[i]) for i in mine],
+                  caps[p], warm),
+            daemon=True,
+        )
+        proc.start()
+        child.close()
+        pipes.append(parent)
+        procs.append(proc)
+    loop = asyncio.get_running_loop()
+    records: list[RequestRecord] = []
+    try:
+        ready = 0
+        while ready < n:
+            for conn in await loop.run_in_executor(None, wait, pipes):
+                kind, payload = conn.recv()
+                if kind == "error":
+                    raise ServelabError(payload)
+                ready += 1
+        if stop is not None and stop.is_set():
+            for conn in pipes:
+                conn.send(("halt", None))
+            return []
+        t0 = clock() + START_LEAD_S
+        if on_start is not None:
+            on_start(t0)
+        for conn in pipes:
+            conn.send(("go", t0))
+        progress = {i: (0, 0, 0, 0) for i in range(n)}
+        open_pipes = dict(enumerate(pipes))
+        stop_sent = False
+        while open_pipes:
+            if stop is not None and stop.is_set() and not stop_sent:
+                for conn in open_pipes.values():
+                    conn.send(("stop", None))
+                stop_sent = True
+            ready_conns = await loop.run_in_executor(None, wait, list(open_pipes.values()), 0.1)
+            for i, conn in list(open_pipes.items()):
+                if conn not in ready_conns:
+                    continue
+                try:
+                    kind, payload = conn.recv()
+                except EOFError:
+                    raise ServelabError(f"client process {i} ended without its records") from None
+                if kind == "progress":
+                    progress[i] = payload
+                elif kind == "records":
+                    records.extend(payload)
+                    del open_pipes[i]
+                elif kind == "error":
+                    raise ServelabError(payload)
+            if on_progress is not None:
+                sums = [sum(x) for x in zip(*progress.values())]
+                on_progress(SendStatus(done=sums[0], failed=sums[1], in_flight=sums[2],
+                                       output_tokens=sums[3]))
+    finally:
+        for conn in pipes:
+            conn.close()
+        for proc in procs:
+            proc.join(timeout=5)
+            if proc.is_alive():
+                proc.terminate()
+    records.sort(key=lambda r: (not r.warmup, r.intended_send_s, r.index))
+    return records

@@ -1,0 +1,371 @@
+"""A small OpenAI-compatible server that streams tokens on a known schedule.
+
+Tests and benchmarks use it as ground truth: chunk c of a response (0-based) leaves at
+`ttft_ms + c * itl_ms` after the request arrived, carrying `tokens_per_chunk` tokens (the
+last chunk may carry fewer). Sleeps target absolute deadlines on the event loop's clock,
+so lateness does not accumulate over a response. With one token per chunk, `itl_ms` is the
+true inter-token latency and `ttft_ms` the true time to first token.
+
+Serves `/v1/completions` and `/v1/chat/completions` (SSE streaming or one JSON answer),
+`/v1/models`, `/health`, and `/stats` (requests seen, in flight now, the maximum ever in
+flight, and what the server actually did, measured with `time.perf_counter` when each
+chunk was written: mean time from the handler's start to the first chunk, mean gap between
+chunks; `POST /stats/reset` zeroes them). On a busy machine the actual figures drift from
+the schedule (timers fire late); they are the truth a client is checked against. Follows vLLM's stream format: compact JSON, a
+chat stream opens with a role-only delta, `stream_options.include_usage` adds a final
+`choices: []` chunk with usage, `continuous_usage_stats` puts the running usage in every
+chunk. `max_tokens` / `max_completion_tokens` set the output length; without `ignore_eos`
+the answer stops after `eos_after` tokens when that is set.
+
+Faults, counted over completion requests in arrival order (1-based): every `fail_every`-th
+gets HTTP 500; every `break_every`-th has its connection cut after `break_after_tokens`
+tokens; every `stall_every`-th waits `stall_ms` before answering. With `api_key` set,
+completion requests without `Authorization: Bearer <api_key>` get HTTP 401.
+
+    python -m servelab.testing.token_server --port 0 --ttft-ms 50 --itl-ms 20
+
+prints `listening on http://127.0.0.1:PORT` once it accepts connections.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import socket
+import time
+import sys
+from dataclasses import dataclass
+
+from aiohttp import web
+from aiohttp.web_protocol import RequestHandler
+
+
+@dataclass(frozen=True, slots=True)
+class TokenServerConfig:
+    """The server's schedule and faults (times in milliseconds)."""
+
+    ttft_ms: float = 0.0
+    itl_ms: float = 0.0
+    tokens_per_chunk: int = 1
+    reasoning_tokens: int = 0
+    eos_after: int | None = None
+    fail_every: int = 0
+    break_every: int = 0
+    break_after_tokens: int = 0
+    stall_every: int = 0
+    stall_ms: float = 0.0
+    model: str = "token-server"
+    api_key: str | None = None
+
+
+@dataclass(slots=True)
+class ServerStats:
+    """What the server counted (exposed on /stats)."""
+
+    requests: int = 0
+    in_flight: int = 0
+    max_in_flight: int = 0
+    streams: int = 0
+    sum_ttft_ms: float = 0.0
+    gaps: int = 0
+    sum_gap_ms: float = 0.0
+
+
+class _StampingHandler(RequestHandler):
+    """aiohttp's connection protocol, noting when each request's first bytes arrived.
+
+    The handler coroutine of a request that arrived in a burst starts only after the
+    handlers before it ran; stamping in `data_received` makes the schedule (and the
+    measured truth) start when the request reached the server, as a client sees it. A read
+    that starts with a method name starts a request (bodies here are JSON).
+    """
+
+    __slots__ = ("t_first_byte",)
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.t_first_byte: float | None = None
+
+    def data_received(self, data: bytes) -> None:
+        if data[:4] in (b"POST", b"GET "):
+            self.t_first_byte = time.perf_counter()
+        super().data_received(data)
+
+
+def _arrival(request: web.Request) -> float:
+    """When the request's first bytes arrived (perf_counter s)."""
+    t = getattr(request.protocol, "t_first_byte", None)
+    return t if t is not None else time.perf_counter()
+
+
+@web.middleware
+async def _stamp_arrival(request: web.Request, handler):  # type: ignore[no-untyped-def]
+    request["t_arrive"] = _arrival(request)
+    return await handler(request)
+
+
+def _prompt_tokens(body: dict) -> int:
+    if "messages" in body:
+        text = " ".join(str(m.get("content", "")) for m in body["messages"])
+    else:
+        text = str(body.get("prompt", ""))
+    return len(text.split())
+
+
+class TokenServer:
+    """The aiohttp application and its state: one instance per server process."""
+
+    def __init__(self, config: TokenServerConfig) -> None:
+        self.config = config
+        self.stats = ServerStats()
+        self.app = web.Application(client_max_size=1 << 30, middlewares=[_stamp_arrival])
+        self.app.add_routes(
+            [
+                web.post("/v1/completions", self.completions),
+                web.post("/v1/chat/completions", self.chat),
+                web.get("/v1/models", self.models),
+                web.get("/health", self.health),
+                web.get("/stats", self.get_stats),
+                web.post("/stats/reset", self.reset_stats),
+            ]
+        )
+
+    async def models(self, request: web.Request) -> web.Response:
+        return web.json_response(
+            {"object": "list", "data": [{"id": self.config.model, "object": "model"}]}
+        )
+
+    async def health(self, request: web.Request) -> web.Response:
+        return web.Response(text="")
+
+    async def get_stats(self, request: web.Request) -> web.Response:
+        s = self.stats
+        return web.json_response({
+            "requests": s.requests, "in_flight": s.in_flight, "max_in_flight": s.max_in_flight,
+            "streams": s.streams,
+            "mean_ttft_ms": s.sum_ttft_ms / s.streams if s.streams else None,
+            "mean_chunk_gap_ms": s.sum_gap_ms / s.gaps if s.gaps else None,
+        })
+
+    async def reset_stats(self, request: web.Request) -> web.Response:
+        self.stats = ServerStats(in_flight=self.stats.in_flight, max_in_flight=self.stats.in_flight)
+        return web.Response(text="")
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._serve(request, chat=False)
+
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        return await self._serve(request, chat=True)
+
+    async def _serve(self, request: web.Request, chat: bool) -> web.StreamResponse:
+        t_arrive: float = request["t_arrive"]
+        stats = self.stats
+        stats.requests += 1
+        seq = stats.requests
+        stats.in_flight += 1
+        stats.max_in_flight = max(stats.max_in_flight, stats.in_flight)
+        try:
+            return await self._answer(request, chat, seq, t_arrive)
+        except ConnectionResetError:
+            # The client went away (a timeout, a stopped run): nothing left to answer.
+            return web.Response(status=499)
+        finally:
+            self.stats.in_flight -= 1
+
+    async def _answer(
+        self, request: web.Request, chat: bool, seq: int, t_arrive: float
+    ) -> web.StreamResponse:
+        cfg = self.config
+        if cfg.api_key is not None and request.headers.get("Authorization") != f"Bearer {cfg.api_key}":
+            return web.json_response({"object": "error", "message": "bad API key"}, status=401)
+        body = await request.json()
+        if cfg.fail_every and seq % cfg.fail_every == 0:
+            return web.json_response(
+                {"object": "error", "message": f"injected failure for request {seq}"}, status=500
+            )
+        if cfg.stall_every and seq % cfg.stall_every == 0:
+            t_arrive += cfg.stall_ms / 1000.0
+        n = int(body.get("max_completion_tokens") or body.get("max_tokens") or 16)
+        if cfg.eos_after is not None and not body.get("ignore_eos"):
+            n = min(n, cfg.eos_after)
+        prompt_tokens = _prompt_tokens(body)
+        opts = body.get("stream_options") or {}
+        if not body.get("stream"):
+            await _sleep_until(t_arrive + (cfg.ttft_ms + cfg.itl_ms * _chunks(n, cfg) - cfg.itl_ms) / 1000)
+            return web.json_response(_whole_answer(cfg, chat, n, prompt_tokens))
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        cut_after = cfg.break_after_tokens if cfg.break_every and seq % cfg.break_every == 0 else None
+        events = _Events(cfg, chat, prompt_tokens, bool(opts.get("continuous_usage_stats")))
+        if chat:
+            await resp.write(events.role())
+        sent = 0
+        c = 0
+        t_first = t_prev = 0.0
+        while sent < n:
+            k = min(cfg.tokens_per_chunk, n - sent)
+            await _sleep_until(t_arrive + (cfg.ttft_ms + c * cfg.itl_ms) / 1000.0)
+            if cut_after is not None and sent + k > cut_after:
+                assert request.transport is not None
+                request.transport.abort()  # a broken stream: no final chunk, no [DONE]
+                return resp
+            sent += k
+            await resp.write(events.tokens(sent - k, k, sent, "length" if sent == n else None))
+            t_now = time.perf_counter()
+            if c == 0:
+                t_first = t_now
+            else:
+                self.stats.gaps += 1
+                self.stats.sum_gap_ms += (t_now - t_prev) * 1000.0
+            t_prev = t_now
+            c += 1
+        self.stats.streams += 1
+        self.stats.sum_ttft_ms += (t_first - t_arrive) * 1000.0
+        if opts.get("include_usage"):
+            await resp.write(events.usage(n))
+        await resp.write(b"data: [DONE]\n\n")
+        await resp.write_eof()
+        return resp
+
+
+def _chunks(n: int, cfg: TokenServerConfig) -> int:
+    return -(-n // cfg.tokens_per_chunk)
+
+
+async def _sleep_until(deadline: float) -> None:
+    """Sleep until `deadline` (time.perf_counter seconds)."""
+    delay = deadline - time.perf_counter()
+    if delay > 0:
+        await asyncio.sleep(delay)
+
+
+class _Events:
+    """Builds the SSE bytes of one response in vLLM's compact format."""
+
+    def __init__(self, cfg: TokenServerConfig, chat: bool, prompt_tokens: int, continuous: bool):
+        self.cfg = cfg
+        self.chat = chat
+        self.prompt_tokens = prompt_tokens
+        self.continuous = continuous
+        self.head = {
+            "id": "cmpl-token-server",
+            "object": "chat.completion.chunk" if chat else "text_completion",
+            "created": 0,
+            "model": cfg.model,
+        }
+
+    def _event(self, obj: dict) -> bytes:
+        return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
+
+    def _usage(self, completion: int) -> dict:
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "total_tokens": self.prompt_tokens + completion,
+            "completion_tokens": completion,
+        }
+
+    def role(self) -> bytes:
+        choice = {"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}
+        obj = {**self.head, "choices": [choice]}
+        if self.continuous:
+            obj["usage"] = self._usage(0)
+        return self._event(obj)
+
+    def tokens(self, first: int, k: int, cum: int, finish: str | None) -> bytes:
+        text = "".join(f" t{i}" for i in range(first, first + k))
+        if self.chat:
+            key = "reasoning_content" if first < self.cfg.reasoning_tokens else "content"
+            choice = {"index": 0, "delta": {key: text}, "finish_reason": finish}
+        else:
+            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
+        obj = {**self.head, "choices": [choice]}
+        if self.continuous:
+            obj["usage"] = self._usage(cum)
+        return self._event(obj)
+
+    def usage(self, n: int) -> bytes:
+        return self._event({**self.head, "choices": [], "usage": self._usage(n)})
+
+
+def _whole_answer(cfg: TokenServerConfig, chat: bool, n: int, prompt_tokens: int) -> dict:
+    text = "".join(f" t{i}" for i in range(n))
+    if chat:
+        choice: dict = {"index": 0, "message": {"role": "assistant", "content": text}}
+    else:
+        choice = {"index": 0, "text": text}
+    choice["finish_reason"] = "length"
+    usage = {"prompt_tokens": prompt_tokens, "completion_tokens": n, "total_tokens": prompt_tokens + n}
+    return {"id": "cmpl-token-server", "object": "text_completion", "model": cfg.model,
+            "choices": [choice], "usage": usage}
+
+
+def _parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, TokenServerConfig]:
+    p = argparse.ArgumentParser(description="OpenAI-compatible token server on a known schedule.")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=0, help="0 picks a free port (printed)")
+    p.add_argument("--ttft-ms", type=float, default=0.0)
+    p.add_argument("--itl-ms", type=float, default=0.0, help="gap between chunks")
+    p.add_argument("--tokens-per-chunk", type=int, default=1)
+    p.add_argument("--reasoning-tokens", type=int, default=0, help="chat: first N as reasoning")
+    p.add_argument("--eos-after", type=int, default=None)
+    p.add_argument("--fail-every", type=int, default=0)
+    p.add_argument("--break-every", type=int, default=0)
+    p.add_argument("--break-after-tokens", type=int, default=0)
+    p.add_argument("--stall-every", type=int, default=0)
+    p.add_argument("--stall-ms", type=float, default=0.0)
+    p.add_argument("--model", default="token-server")
+    p.add_argument("--api-key", default=None, help="answer 401 unless this Bearer key is sent")
+    a = p.parse_args(argv)
+    if a.tokens_per_chunk < 1:
+        p.error("--tokens-per-chunk must be >= 1")
+    cfg = TokenServerConfig(
+        ttft_ms=a.ttft_ms, itl_ms=a.itl_ms, tokens_per_chunk=a.tokens_per_chunk,
+        reasoning_tokens=a.reasoning_tokens, eos_after=a.eos_after, fail_every=a.fail_every,
+        break_every=a.break_every, break_after_tokens=a.break_after_tokens,
+        stall_every=a.stall_every, stall_ms=a.stall_ms, model=a.model, api_key=a.api_key,
+    )
+    return a, cfg
+
+
+async def _serve_forever(host: str, port: int, cfg: TokenServerConfig) -> None:
+    server = TokenServer(cfg)
+    runner = web.AppRunner(server.app, access_log=None, handle_signals=True)
+    await runner.setup()
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(4096)
+    loop = asyncio.get_running_loop()
+    manager = runner.server
+    assert manager is not None
+    listener = await loop.create_server(
+        lambda: _StampingHandler(manager, loop=loop, access_log=None), sock=sock
+    )
+    print(f"listening on http://{host}:{sock.getsockname()[1]}", flush=True)
+    try:
+        await asyncio.Event().wait()
+    finally:
+        listener.close()
+        await runner.cleanup()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the server until SIGINT/SIGTERM."""
+    args, cfg = _parse_args(argv)
+    try:
+        import uvloop
+
+        loop_factory = uvloop.new_event_loop
+    except ImportError:  # pragma: no cover - uvloop is a dependency off Windows
+        loop_factory = asyncio.new_event_loop
+    with asyncio.Runner(loop_factory=loop_factory) as runner:
+        try:
+            runner.run(_serve_forever(args.host, args.port, cfg))
+        except (KeyboardInterrupt, web.GracefulExit):
+            pass
+    sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,118 @@
+"""Shared fixtures: token servers (real subprocesses on 127.0.0.1) and a CLI runner.
+
+`token_server(**options)` starts `python -m servelab.testing.token_server` with the given
+options once per test session (servers with equal options are shared) on a free port, and
+stops it by PID at the end of the session.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+DATA = Path(__file__).parent / "data"
+
+
+@dataclass
+class TokenServerHandle:
+    """A running token server: its URL, process, and its /stats."""
+
+    url: str
+    port: int
+    proc: subprocess.Popen[str]
+
+    def stats(self) -> dict[str, int]:
+        with urllib.request.urlopen(self.url + "/stats", timeout=10) as resp:
+            return json.loads(resp.read())
+
+    def reset(self) -> None:
+        req = urllib.request.Request(self.url + "/stats/reset", data=b"", method="POST")
+        urllib.request.urlopen(req, timeout=10).read()
+
+
+def start_token_server(**options: object) -> TokenServerHandle:
+    """Start a token server process with `options` (flag names with underscores)."""
+    args = [sys.executable, "-m", "servelab.testing.token_server", "--port", "0"]
+    for key, value in sorted(options.items()):
+        args += ["--" + key.replace("_", "-"), str(value)]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True, start_new_session=True)
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if not line.startswith("listening on "):
+        proc.kill()
+        raise RuntimeError(f"token server did not start: {line!r}")
+    url = line.split()[-1]
+    handle = TokenServerHandle(url=url, port=int(url.rsplit(":", 1)[1]), proc=proc)
+    _warm(handle)
+    return handle
+
+
+def _warm(handle: TokenServerHandle) -> None:
+    """Run each endpoint's code paths once: a fresh process answers its first requests
+    several ms late (imports, first-call set-up), which is not the schedule under test."""
+    bodies = {
+        "/v1/completions": {"prompt": "warm", "max_tokens": 2, "stream": True,
+                            "stream_options": {"include_usage": True, "continuous_usage_stats": True}},
+        "/v1/chat/completions": {"messages": [{"role": "user", "content": "warm"}],
+                                 "max_completion_tokens": 2, "stream": True},
+    }
+    for _ in range(3):
+        for path, body in bodies.items():
+            req = urllib.request.Request(handle.url + path, data=json.dumps(body).encode(),
+                                         headers={"Content-Type": "application/json"})
+            try:
+                urllib.request.urlopen(req, timeout=30).read()
+            except urllib.error.HTTPError:
+                pass  # a server started to fail requests still warmed its paths
+
+
+def stop_process(proc: subprocess.Popen[str]) -> None:
+    """Stop a process this test session started, by PID."""
+    if proc.poll() is None:
+        os.kill(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+@pytest.fixture(scope="session")
+def token_server() -> Iterator[Callable[..., TokenServerHandle]]:
+    servers: dict[tuple[tuple[str, object], ...], TokenServerHandle] = {}
+
+    def get(**options: object) -> TokenServerHandle:
+        key = tuple(sorted(options.items()))
+        if key not in servers:
+            servers[key] = start_token_server(**options)
+        handle = servers[key]
+        handle.reset()
+        return handle
+
+    yield get
+    for handle in servers.values():
+        stop_process(handle.proc)
+
+
+def run_servelab(*args: str, env: dict[str, str] | None = None, timeout: float = 120
+                 ) -> subprocess.CompletedProcess[str]:
+    """Run the `servelab` command line in a subprocess; return its exit code and output."""
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.run([sys.executable, "-m", "servelab", *args], capture_output=True,
+                          text=True, timeout=timeout, env=full_env)
+
+
+@pytest.fixture(scope="session")
+def servelab_cli() -> Callable[..., subprocess.CompletedProcess[str]]:
+    """`servelab_cli(*args, env=..., timeout=...)` runs `python -m servelab ARGS`."""
+    return run_servelab
