@@ -1,0 +1,198 @@
+"""Running a sweep: choose a level, measure it `repetitions` times, write each result as it
+is produced, repeat; then read the knee, the capacity and the bend off the levels.
+
+Seeds: repetition r at level L draws its requests and arrivals with
+`cell_seed(seed, "rep{r}", key(L))`: distinct per repetition and per level (so two levels run
+against one live server never share prompts and a prefix cache cannot flatter the second),
+and equal across targets and runs (so two sweeps at a level see the same traffic).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from servelab.experiment.cells import cell_seed
+from servelab.experiment.spec import NumPromptsRule
+from servelab.metrics.result import RunInfo, write_result
+from servelab.metrics.summary import SummaryOptions, summarize
+from servelab.sweep.diagnose import Bend, diagnose_level
+from servelab.sweep.knee import Knee, KneeInterval, find_knee, knee_interval
+from servelab.sweep.levels import LevelAxis, Targets, flattened, next_level
+from servelab.sweep.points import LevelPoint, LevelSummary, ServerFigures, saturation_reason
+from servelab.sweep.slo import Capacity, Slo, capacity
+from servelab.sweep.targets import OpenTarget
+from servelab.workload.arrivals import ArrivalOptions, arrival_times_s
+from servelab.workload.datasets import DatasetOptions, build_workload
+from servelab.workload.request import RequestSpec
+from servelab.workload.tokenizer import TokenizerHandle, load_tokenizer
+
+Echo = Callable[[str], None]
+
+
+@dataclass(frozen=True, slots=True)
+class SweepConfig:
+    """Everything a sweep needs besides its target."""
+
+    axis: LevelAxis
+    dataset: DatasetOptions
+    targets: Targets = Targets()
+    repetitions: int = 1
+    prompts: NumPromptsRule = NumPromptsRule()
+    num_warmups: int = 0
+    seed: int = 0
+    slo: Slo | None = None
+    percentile: float = 99.0
+    burstiness: float = 1.0
+    max_concurrency: int | None = None  # rate mode's cap
+    bootstrap_seed: int = 0
+
+    def summary_options(self) -> SummaryOptions:
+        pct = tuple(sorted({50.0, 90.0, 99.0, self.percentile}))
+        return SummaryOptions(percentile_metrics=("ttft", "tpot", "itl", "e2el"),
+                              metric_percentiles=pct,
+                              goodput=self.slo.goodput_slo() if self.slo else None)
+
+
+class WorkloadCache:
+    """Built workloads by (dataset, seed, num_prompts): a tuner re-measures the same levels
+    for every configuration, and tokenising is dearer than simulating."""
+
+    def __init__(self) -> None:
+        self._tok: dict[str | None, TokenizerHandle] = {}
+        self._built: dict[tuple[str, int, int], tuple[list[RequestSpec], list[str]]] = {}
+
+    def tokenizer(self, name: str | None) -> TokenizerHandle:
+        if name not in self._tok:
+            self._tok[name] = load_tokenizer(name)
+        return self._tok[name]
+
+    def requests(self, dataset: DatasetOptions, seed: int, n: int) -> tuple[list[RequestSpec], list[str]]:
+        key = (dataset.model_dump_json(exclude={"num_prompts"}), seed, n)
+        if key not in self._built:
+            ds = dataset.model_copy(update={"num_prompts": n})
+            wl = build_workload(DatasetOptions.model_validate(ds.model_dump()), self.tokenizer(ds.tokenizer), seed)
+            self._built[key] = (wl.requests, list(wl.notes))
+        return self._built[key]
+
+
+@dataclass
+class SweepOutcome:
+    """The measured levels and what they say."""
+
+    config: SweepConfig
+    describe: str
+    levels: dict[float, LevelSummary]
+    order: list[tuple[float, str]]  # (level, why) in measuring order
+    knee: Knee | None
+    knee_note: str
+    interval: KneeInterval | None
+    capacity: Capacity | None
+    bends: list[Bend]
+    notes: list[str]
+
+    def steady(self) -> list[LevelSummary]:
+        return [self.levels[x] for x in sorted(self.levels) if not self.levels[x].saturated]
+
+
+def measure_level(ot: OpenTarget, cfg: SweepConfig, level: float, cache: WorkloadCache,
+                  out_dir: Path | None, notes: list[str]) -> LevelSummary:
+    """Measure `level` `cfg.repetitions` times; each point's result JSON is written as soon
+    as it exists (`out_dir/levels/<key>-rep<r>.json`)."""
+    axis = cfg.axis
+    concurrency = axis.mode == "concurrency"
+    n = cfg.prompts.for_concurrency(int(level)) if concurrency else cfg.prompts.for_rate(level)
+    points = []
+    for rep in range(cfg.repetitions):
+        seed = cell_seed(cfg.seed, f"rep{rep}", axis.key(level))
+        reqs, wl_notes = cache.requests(cfg.dataset, seed, n)
+        notes.extend(x for x in wl_notes if x not in notes)
+        arrivals = ArrivalOptions(request_rate=math.inf if concurrency else level,
+                                  burstiness=cfg.burstiness)
+        intended = arrival_times_s(len(reqs), arrivals, np.random.default_rng(seed))
+        cap = int(level) if concurrency else cfg.max_concurrency
+        m = ot.target.measure(reqs, cache.tokenizer(cfg.dataset.tokenizer), intended.tolist(), cap,
+                              cfg.num_warmups, seed)
+        result = summarize(m.records, m.duration_s, cfg.summary_options())
+        if len(m.servers) == 1:
+            result = result.with_server(m.servers[0])
+        result = result.with_run(RunInfo(
+            date=dt.datetime.now().strftime("%Y%m%d-%H%M%S"), backend=ot.target.backend,
+            label=f"sweep {axis.key(level)} rep{rep}", model_id=ot.describe,
+            tokenizer_id=cache.tokenizer(cfg.dataset.tokenizer).info.name, num_prompts=len(reqs),
+            request_rate=arrivals.request_rate, burstiness=cfg.burstiness, max_concurrency=cap,
+            seed=seed, metadata={"sweep_level": axis.key(level), "repetition": str(rep)}))
+        point = LevelPoint(level, rep, seed, result, ServerFigures.of(m.servers),
+                           saturation_reason(m.records, result, open_loop=not concurrency))
+        points.append(point)
+        if out_dir is not None:
+            data = result.to_json_dict()
+            data["servelab"]["sweep"] = {
+                "mode": axis.mode, "level": level, "repetition": rep, "seed": seed,
+                "saturated": point.saturated_reason,
+                "servers": [s.to_json_dict() for s in m.servers] if len(m.servers) > 1 else None,
+                "extras": m.extras}
+            write_result(out_dir / "levels" / f"{axis.key(level)}-rep{rep}.json", data, append=False)
+    return LevelSummary(level, tuple(points), cfg.slo, cfg.percentile)
+
+
+def run_sweep(ot: OpenTarget, cfg: SweepConfig, out_dir: Path | None = None,
+              echo: Echo = lambda _l: None, cache: WorkloadCache | None = None) -> SweepOutcome:
+    """Measure adaptively chosen levels until every wanted boundary is found, then analyse."""
+    cache = cache or WorkloadCache()
+    levels: dict[float, LevelSummary] = {}
+    order: list[tuple[float, str]] = []
+    notes: list[str] = []
+    while (step := next_level(cfg.axis, levels, cfg.targets)) is not None:
+        x, why = step
+        lv = measure_level(ot, cfg, x, cache, out_dir, notes)
+        levels[x] = lv
+        order.append((x, why))
+        slo = "" if lv.meets_slo is None else ("  SLO met" if lv.meets_slo else "  SLO broken")
+        sat = f"  OVER-SATURATED ({lv.saturated_reason})" if lv.saturated else ""
+        echo(f"{cfg.axis.key(x):>8} [{why}]  {lv.throughput:9.1f} out tok/s  "
+             f"ttft p{cfg.percentile:g} {lv.latency_ms('ttft'):8.1f} ms  "
+             f"tpot p{cfg.percentile:g} {lv.latency_ms('tpot'):7.1f} ms{slo}{sat}")
+    return analyse(cfg, ot, levels, order, notes)
+
+
+def analyse(cfg: SweepConfig, ot: OpenTarget, levels: dict[float, LevelSummary],
+            order: list[tuple[float, str]], notes: list[str]) -> SweepOutcome:
+    """The knee (with its interval), the capacity under the SLO and the bend's reasons."""
+    steady = [levels[x] for x in sorted(levels) if not levels[x].saturated]
+    xs = [lv.level for lv in steady]
+    ts = [lv.throughput for lv in steady]
+    knee = interval = None
+    unit = cfg.axis.mode if cfg.axis.mode == "concurrency" else "rate"
+    chain = [(x, levels[x].throughput) for x in cfg.axis.chain() if x in levels and not levels[x].saturated]
+    saturated_any = any(lv.saturated for lv in levels.values())
+    if not cfg.targets.knee:
+        knee_note = "knee not sought"
+    elif len(steady) < 2:
+        knee_note = "knee not found: fewer than two steady levels"
+    elif not (flattened(chain, cfg.targets.flat_gain) or saturated_any):
+        knee_note = (f"knee not reached: throughput still growing at {unit} {xs[-1]:g}; "
+                     "raise --max-level")
+    else:
+        knee = find_knee(xs, ts, cfg.targets.knee_tolerance)
+        assert knee is not None
+        reps = [[p.result.output_throughput for p in lv.points] for lv in steady]
+        interval = knee_interval(xs, reps, cfg.targets.knee_tolerance,
+                                 np.random.default_rng(cfg.bootstrap_seed))
+        knee_note = (f"knee at {unit} {knee.level:g}: {knee.throughput_tok_s:.1f} out tok/s, "
+                     f">= {100 * (1 - cfg.targets.knee_tolerance):.0f} % of the peak "
+                     f"{knee.peak_tok_s:.1f} (at {knee.peak_level:g})")
+    cap = capacity(cfg.slo, [lv.slo_level() for lv in levels.values()], unit) if cfg.slo else None
+    bends = []
+    if knee is not None:
+        above = [lv for lv in steady if lv.level > knee.level]
+        for lv in [levels[knee.level], *above[-1:]]:
+            bends.append(diagnose_level(lv, ot.planner))
+    elif steady:
+        bends.append(diagnose_level(steady[-1], ot.planner))
+    return SweepOutcome(cfg, ot.describe, levels, order, knee, knee_note, interval, cap, bends, notes)

@@ -1,0 +1,219 @@
+"""Tuning engine arguments under an SLO: planner-seeded coordinate descent over a grid.
+
+Each trial is a capacity sweep (`run_sweep` seeking only the SLO boundary) of one
+configuration; its objective is the goodput (req/s) or output throughput at the SLO
+capacity. The search:
+
+1. starts at the engine's defaults as the planner resolves them (max_num_seqs,
+   max_num_batched_tokens for the GPU; gpu_memory_utilization...), snapped to the grid;
+2. for each axis in turn, line-searches outward from the incumbent in both directions,
+   stopping a direction at the first value that does worse than the one before it or is
+   infeasible (the engine or planner refused it: nothing further that way is tried this
+   pass); the best point found becomes the incumbent;
+3. repeats passes until a pass improves nothing or the trial budget (default a quarter of
+   the grid) is spent.
+
+Why this and not Bayesian optimisation: each trial is a whole sweep, the grids are small
+(tens of points over 2-4 axes) and discrete, and goodput along one engine argument is close
+to unimodal (too few batch slots or too small a token budget caps throughput; too many
+overrun the KV pool or the TPOT SLO). A line search exploits that with about the sum of the
+axis lengths per pass, where a GP needs a good share of such a grid just to fit its kernel.
+Every trial is stored (`TrialStore`), so a rerun reuses them and resumes the same path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from servelab.errors import ServelabError
+from servelab.sweep.runner import Echo, SweepConfig, WorkloadCache, run_sweep
+from servelab.sweep.space import Space, Value
+from servelab.sweep.targets import OpenTarget
+from servelab.sweep.trials import ParetoPoint, Trial, TrialStore
+
+Opener = Callable[[dict[str, Value]], OpenTarget]
+IMPROVE = 1e-9
+
+
+@dataclass(frozen=True, slots=True)
+class TuneConfig:
+    space: Space
+    sweep: SweepConfig  # its targets should seek the SLO only
+    objective: str = "goodput"  # or "throughput"
+    max_trials: int | None = None  # default: a quarter of the grid
+
+    @property
+    def budget(self) -> int:
+        return self.max_trials if self.max_trials is not None else max(1, self.space.size // 4)
+
+
+class Evaluator:
+    """Runs (or reads back) trials and counts what was spent."""
+
+    def __init__(self, cfg: TuneConfig, opener: Opener, store: TrialStore, echo: Echo) -> None:
+        self.cfg, self.opener, self.store, self.echo = cfg, opener, store, echo
+        self.cache = WorkloadCache()
+        self.spent: list[Trial] = []  # in order, including ones read back
+        self.reused = 0
+
+    def __call__(self, params: dict[str, Value]) -> Trial:
+        for t in self.spent:
+            if t.params == params:
+                return t
+        trial = self.store.get(params)
+        if trial is not None:
+            self.reused += 1
+        else:
+            trial = self._run(params)
+            self.store.put(trial)
+        self.spent.append(trial)
+        shown = ", ".join(f"{k}={v}" for k, v in params.items()) or "engine defaults"
+        what = (f"{self.cfg.objective} {trial.objective:.3f} at capacity {trial.capacity_level}"
+                if trial.status == "ok" else f"INFEASIBLE: {trial.reason}")
+        self.echo(f"trial {len(self.spent):>3}: {shown}: {what}")
+        return trial
+
+    def _run(self, params: dict[str, Value]) -> Trial:
+        try:
+            ot = self.opener(params)
+        except ServelabError as exc:
+            return _infeasible(params, str(exc))
+        try:
+            o = run_sweep(ot, self.cfg.sweep, None, cache=self.cache)
+        except ServelabError as exc:
+            return _infeasible(params, f"failed during the sweep: {exc}")
+        finally:
+            try:
+                ot.close()
+            except ServelabError as exc:
+                self.echo(f"  (stopping the engine: {exc})")
+        cap = o.capacity
+        points = []
+        for lv in o.levels.values():
+            tpot = lv.mean_ms("tpot")
+            if tpot > 0 and not lv.saturated:
+                points.append(ParetoPoint(1000.0 / tpot, lv.throughput / ot.planner.gpus, lv.level,
+                                          bool(lv.meets_slo)))
+        if cap is None or cap.level is None:
+            return Trial(params, "ok", 0.0, cap.message if cap else "no SLO", None, None, None,
+                         len(o.levels), tuple(points))
+        value = cap.request_goodput_rps if self.cfg.objective == "goodput" else cap.output_tok_s
+        return Trial(params, "ok", float(value or 0.0), cap.message, cap.level, cap.output_tok_s,
+                     cap.request_goodput_rps, len(o.levels), tuple(points))
+
+    @property
+    def budget_left(self) -> int:
+        return self.cfg.budget - len(self.spent)
+
+
+def _infeasible(params: dict[str, Value], reason: str) -> Trial:
+    return Trial(params, "infeasible", float("-inf"), reason.splitlines()[0] if reason else "", None,
+                 None, None, 0, ())
+
+
+def _score(t: Trial) -> float:
+    return t.objective if t.status == "ok" else float("-inf")
+
+
+def coordinate_descent(ev: Evaluator, start: dict[str, Value]) -> Trial:
+    """The search described in the module docstring; returns the best trial."""
+    space = ev.cfg.space
+    best = ev(start)
+    improved = True
+    while improved and ev.budget_left > 0:
+        improved = False
+        for name in space.names:
+            vals = space.values(name)
+            i0 = vals.index(best.params[name])
+            axis_best = best
+            for direction in (+1, -1):
+                prev = best
+                j = i0 + direction
+                while 0 <= j < len(vals) and ev.budget_left > 0:
+                    t = ev({**best.params, name: vals[j]})
+                    if t.status != "ok" or _score(t) < _score(prev) - IMPROVE:
+                        break
+                    if _score(t) > _score(axis_best) + IMPROVE:
+                        axis_best = t
+                    prev = t
+                    j += direction
+            if _score(axis_best) > _score(best) + IMPROVE:
+                best = axis_best
+                improved = True
+            if ev.budget_left <= 0:
+                break
+    return best
+
+
+def exhaustive(ev: Evaluator) -> Trial:
+    """Every grid point (for checking a search against the grid's best)."""
+    best = None
+    for p in ev.cfg.space.grid():
+        t = ev(p)
+        if best is None or _score(t) > _score(best):
+            best = t
+    assert best is not None
+    return best
+
+
+@dataclass(frozen=True, slots=True)
+class TuneOutcome:
+    best: Trial
+    defaults: Trial
+    trials: tuple[Trial, ...]
+    reused: int
+    grid_size: int
+
+    @property
+    def margin(self) -> float | None:
+        """Best over the defaults' objective, minus 1 (None when the defaults scored 0)."""
+        d = _score(self.defaults)
+        return self.best.objective / d - 1 if d > 0 else None
+
+
+def tune(cfg: TuneConfig, opener: Opener, store: TrialStore, defaults: dict[str, Value | None],
+         echo: Echo = lambda _l: None, grid: bool = False) -> TuneOutcome:
+    """Run the search (or, with `grid`, every point); `defaults` are the engine's resolved
+    default values of the axes (None where unknown). The defaults' own trial (no params
+    set) is the baseline; it is the start point's trial when the defaults lie on the grid."""
+    if grid:
+        cfg = TuneConfig(cfg.space, cfg.sweep, cfg.objective, max_trials=cfg.space.size + 1)
+    ev = Evaluator(cfg, opener, store, echo)
+    start = cfg.space.nearest(defaults)
+    on_grid = all(defaults.get(n) == start[n] for n in cfg.space.names)
+    base = ev(start if on_grid else {})  # the baseline, inside the budget
+    best = exhaustive(ev) if grid else coordinate_descent(ev, start)
+    if _score(base) > _score(best):
+        best = base
+    return TuneOutcome(best, base, tuple(ev.spent), ev.reused, cfg.space.size)
+
+
+def sim_opener(base: object) -> tuple[Opener, dict[str, Value | None]]:
+    """(opener, resolved defaults) for the simulator: a trial's params replace fields of the
+    base `SimOptions`' EngineArgs; the defaults are what the planner resolves for them."""
+    from pydantic import ValidationError
+
+    from servelab.hardware.catalog import get_gpu
+    from servelab.models import load_model
+    from servelab.plan import EngineArgs, resolve_limits
+    from servelab.sim.setup import SimOptions
+    from servelab.sweep.targets import open_sim
+
+    assert isinstance(base, SimOptions)
+    args = base.engine_args
+
+    def opener(params: dict[str, Value]) -> OpenTarget:
+        try:
+            new_args = EngineArgs(**{**args.model_dump(), **params})
+        except ValidationError as exc:
+            raise ServelabError(f"engine arguments refused: {exc.errors()[0]['msg']}") from None
+        return open_sim(SimOptions(base.model, base.gpu, base.quantization, new_args, base.replicas,
+                                   base.router_policy, base.calibration))
+
+    limits = resolve_limits(load_model(base.model, base.quantization), get_gpu(base.gpu), args)
+    defaults: dict[str, Value | None] = {k: v for k, v in args.model_dump().items()
+                                         if isinstance(v, (int, float, str, bool))}
+    defaults.update(max_num_seqs=limits.max_num_seqs, max_num_batched_tokens=limits.max_num_batched_tokens,
+                    max_model_len=limits.max_model_len)
+    return opener, defaults
