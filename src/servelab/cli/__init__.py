@@ -40,10 +40,9 @@ def _root(
 
 
 # One line per command module; each module owns its flags and exposes register(app).
-_COMMAND_MODULES = (
-    "servelab.cli.route",
-    "servelab.cli.data",
+_COMMAND_MODULES = (  # in the playbook's order, which is the order --help lists them
     "servelab.cli.probe",
+    "servelab.cli.data",
     "servelab.cli.plan",
     "servelab.cli.bench",
     "servelab.cli.sim",
@@ -51,6 +50,7 @@ _COMMAND_MODULES = (
     "servelab.cli.report",
     "servelab.cli.sweep",
     "servelab.cli.tune",
+    "servelab.cli.route",
 )
 
 

@@ -158,7 +158,8 @@ def plan_command(
         "max_model_len": max_model_len, "max_num_seqs": max_num_seqs,
         "max_num_batched_tokens": max_num_batched_tokens, "block_size": block_size,
         "kv_cache_dtype": kv_cache_dtype}
-    arm = _build_arm("base", base, "servelab plan")
+    arm = _build_arm(_main_arm_name(quantization, tensor_parallel_size, pipeline_parallel_size,
+                                    replicas), base, "servelab plan")
     mem = plan_memory(arm.model, arm.gpu, arm.args)
     out: dict[str, Any] = {"plan": mem.model_dump()}
     out.update({k: getattr(mem, k) for k in ("weights_gib", "kv_bytes_per_token", "kv_cache_gib",
@@ -192,3 +193,12 @@ def plan_command(
 
 def register(app: typer.Typer) -> None:
     app.command("plan")(plan_command)
+
+
+def _main_arm_name(quantization: str | None, tp: int, pp: int, replicas: int) -> str:
+    """Name the flags' own arm by what sets it apart, so a --what-if verdict reads well."""
+    parts = [quantization or "bf16"]
+    parts += [f"tp{tp}"] if tp > 1 else []
+    parts += [f"pp{pp}"] if pp > 1 else []
+    parts += [f"{replicas} replicas"] if replicas > 1 else []
+    return " ".join(parts)

@@ -85,7 +85,10 @@ def summary_table(result: BenchResult, title: str) -> Table:
     table.add_row("Output token throughput (tok/s)", f"{result.output_throughput:.2f}")
     table.add_row("Total token throughput (tok/s)", f"{result.total_token_throughput:.2f}")
     table.add_row("Peak output token throughput (tok/s)", f"{result.max_output_tokens_per_s:.2f}")
-    table.add_row("Peak concurrent requests", str(result.max_concurrent_requests))
+    # vLLM's figure counts requests active in the same 1-s bucket, so it can exceed the
+    # concurrency cap; the true instantaneous peak is shown beside it.
+    table.add_row("Peak requests in flight", str(result.peak_in_flight_requests))
+    table.add_row("Peak concurrent requests (vLLM, 1-s buckets)", str(result.max_concurrent_requests))
     names = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL", "e2el": "E2E latency"}
     for metric in result.percentile_metrics:
         stats = result.latency(metric)

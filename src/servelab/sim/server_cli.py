@@ -19,6 +19,7 @@ from typing import Optional
 import typer
 
 from servelab.errors import ServelabError
+from servelab.plan.args import VLLM_DEFAULT_GPU_MEMORY_UTILIZATION
 
 
 def serve_cmd(
@@ -32,7 +33,7 @@ def serve_cmd(
     max_num_seqs: Optional[int] = typer.Option(None, "--max-num-seqs", help="vLLM's --max-num-seqs (default: vLLM's for this GPU)."),
     max_num_batched_tokens: Optional[int] = typer.Option(None, "--max-num-batched-tokens", help="vLLM's token budget per step."),
     max_model_len: Optional[int] = typer.Option(None, "--max-model-len", help="Longest request (prompt + output tokens)."),
-    gpu_memory_utilization: Optional[float] = typer.Option(None, "--gpu-memory-utilization", help="Fraction of GPU memory vLLM may use (default 0.9)."),
+    gpu_memory_utilization: Optional[float] = typer.Option(None, "--gpu-memory-utilization", help=f"Fraction of GPU memory vLLM may use (default {VLLM_DEFAULT_GPU_MEMORY_UTILIZATION}, recent vLLM's)."),
     enable_prefix_caching: bool = typer.Option(True, "--enable-prefix-caching/--no-enable-prefix-caching", help="Automatic prefix caching."),
     tensor_parallel_size: int = typer.Option(1, "--tensor-parallel-size", "-tp", help="GPUs, tensor parallel."),
     pipeline_parallel_size: int = typer.Option(1, "--pipeline-parallel-size", "-pp", help="Pipeline stages."),
