@@ -53,7 +53,7 @@ def test_what_if_and_mbu():
                     "tp2: --tensor-parallel-size 2", "--what-if", "2rep: --replicas 2",
                     "--target-concurrency", "16", "--context", "2048",
                     "--mbu", "--tpot-ms", "40", "--batch", "8")
-    assert [r["arm"] for r in out["what_if"]] == ["base", "awq", "tp2", "2rep"]
+    assert [r["arm"] for r in out["what_if"]] == ["bf16", "awq", "tp2", "2rep"]  # the flags' own arm is named by them
     assert out["what_if"][3]["gpus"] == 2 and out["what_if"][3]["batch_per_replica"] == 8
     assert out["verdict"][0].startswith("rule (DOMAIN.md 7)")
     assert 0 < out["mbu"] < 1
