@@ -11,7 +11,7 @@ import pytest
 from aiohttp import web
 
 from servelab.errors import ServelabError
-from servelab.metrics.scrape import MetricsScraper, ServerSnapshot, parse_server_metrics
+from servelab.metrics.scrape import MetricsScraper, ServerSeries, ServerSnapshot, parse_server_metrics
 
 FIXTURE = Path(__file__).parent / "data" / "metrics" / "vllm-0.32.0-cpu-metrics.prom"
 
@@ -173,6 +173,10 @@ def test_series_over_a_changing_server():
     assert js["series"]["num_requests_waiting"] == [3, 7, 2]
     assert js["series"]["t_s"] == [1.0, 2.5, 4.0]
     assert js["prefix_cache_hit_rate"] == pytest.approx(0.25)
+    # No running gauge: every sample had work (waiting > 0) and none is a ramp: (3 + 7 + 2) / 3.
+    assert series.mean_num_requests_waiting == js["mean_num_requests_waiting"] == 4
+    assert series.mean_num_requests_running is None and js["mean_num_requests_running"] is None
+    assert ServerSeries.from_json_dict(js) == series
 
 
 def test_run_samples_until_stopped_and_once_after():

@@ -9,7 +9,7 @@ import pytest
 
 from servelab.report import build_report
 from servelab.report.data import load_experiment
-from servelab.report.diagnose import diagnose
+from servelab.report.diagnose import diagnose_arms
 from servelab.report.tables import comparison_table, memory_table, ratio_table, slo_table
 
 ARMS = [{"name": "base", "args": {}}, {"name": "tight", "args": {"max_num_seqs": 8}}]
@@ -104,7 +104,7 @@ def test_slo_table_picks_best_load_meeting_it(exp_dir: Path) -> None:
 
 
 def test_diagnosis_names_the_batch_slot_queue_of_the_tight_arm(exp_dir: Path) -> None:
-    by_arm = {d.arm: d for d in diagnose(load_experiment(exp_dir))}
+    by_arm = {d.arm: d for d in diagnose_arms(load_experiment(exp_dir))}
     tight = by_arm["tight"]
     assert tight.binding == "batch slots (max_num_seqs)"
     assert ("chat at c10: max_num_seqs 8 is below the load's concurrency 10: at most 8 running, "

@@ -32,9 +32,13 @@ from servelab.sim.server import ARRIVAL_HEADER
 from test_sim_server import COST, MODEL, engine_config, serving
 
 TIME_SCALE = 0.5
-# Wake-up plus socket latency, in simulated ms: typical (median) and worst on a busy machine.
+# Wake-up plus socket latency, in simulated ms: typical (median) and the 95th percentile on a
+# busy machine. The largest is not bounded: another process can hold the only free core for
+# tens of ms at any moment (seen: one token 63 ms late with CI and three builds sharing 2
+# cores); being late is the timer's resolution, while being early would mean the schedules
+# differ, and that is checked on every token.
 TYPICAL_LATE_MS = 3.0
-MAX_LATE_MS = 20.0
+P95_LATE_MS = 20.0
 
 
 def _schedule(n: int, seed: int) -> tuple[list[float], list[tuple[int, ...]], list[int]]:
@@ -104,8 +108,9 @@ def test_online_timings_match_the_offline_driver(make_engine: Callable[[], SimEn
             want.append(want[-1] + gap)
         for k, (got_s, want_ms) in enumerate(zip(times, want)):
             late = (got_s - arrival) * 1e3 - want_ms
-            assert -0.01 <= late <= MAX_LATE_MS, (i, k, late)
+            assert late >= -0.01, (i, k, late)
             lateness_ms.append(late)
     assert statistics.median(lateness_ms) <= TYPICAL_LATE_MS
+    assert statistics.quantiles(lateness_ms, n=20)[-1] <= P95_LATE_MS
     # Requests overlapped (batched steps), so arrivals mid-step were exercised.
     assert any(online[j][0] < online[i][1][-1] for i in range(len(online)) for j in range(i + 1, len(online)))

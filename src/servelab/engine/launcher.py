@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from pathlib import Path
 
 from servelab.engine.adapter import ArmLaunch
@@ -17,7 +18,18 @@ from servelab.engine.process import ReplicaCommand
 from servelab.engine.running import LaunchedEngine, launch
 from servelab.errors import ServelabError
 
-__all__ = ["CommandLauncher", "gpu_waves"]
+__all__ = ["ArmFlags", "CommandLauncher", "gpu_waves"]
+
+
+@dataclass(frozen=True, slots=True)
+class ArmFlags:
+    """The engine's own names for the flags set from an arm's fields (`load_format` None:
+    the engine has no weights to load and the field is ignored)."""
+
+    tensor_parallel_size: str = "--tensor-parallel-size"
+    pipeline_parallel_size: str = "--pipeline-parallel-size"
+    gpu_memory_utilization: str = "--gpu-memory-utilization"
+    load_format: str | None = "--load-format"
 
 
 def gpu_waves(arm: ArmLaunch) -> list[list[int]]:
@@ -35,6 +47,8 @@ class CommandLauncher(ABC):
     kind: str
     #: Flags the adapter sets from `ArmLaunch` fields; `extra_args` may not repeat them.
     managed_flags: dict[str, str]
+    #: How `engine_args` spells them.
+    arm_flags: ArmFlags = ArmFlags()
 
     @abstractmethod
     def version(self) -> str | None:
@@ -48,9 +62,21 @@ class CommandLauncher(ABC):
     def command_prefix(self, arm: ArmLaunch) -> list[str]:
         """The program part of the command line (``vllm serve MODEL``); its flags are not checked."""
 
-    @abstractmethod
     def engine_args(self, arm: ArmLaunch, replica: int) -> list[str]:
         """One replica's engine flags: those from the arm's fields, then ``extra_args``."""
+        f = self.arm_flags
+        args: list[str] = []
+        if arm.served_model_name is not None:
+            args += ["--served-model-name", arm.served_model_name]
+        if arm.quantization is not None:
+            args += ["--quantization", arm.quantization]
+        args += [f.tensor_parallel_size, str(arm.tensor_parallel_size),
+                 f.pipeline_parallel_size, str(arm.pipeline_parallel_size),
+                 f.gpu_memory_utilization, repr(arm.gpu_memory_utilization)]
+        if arm.load_format is not None and f.load_format is not None:
+            args += [f.load_format, arm.load_format]
+        args += ["--host", arm.host, "--port", str(arm.port(replica))]
+        return args + list(arm.extra_args)
 
     def replica_argv(self, arm: ArmLaunch, replica: int) -> list[str]:
         """The whole command line of one replica."""

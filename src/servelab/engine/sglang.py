@@ -14,7 +14,7 @@ from pathlib import Path
 
 from servelab.engine.adapter import ArmLaunch
 from servelab.engine.flags import cached_help, parse_help_options, run_capture
-from servelab.engine.launcher import CommandLauncher
+from servelab.engine.launcher import ArmFlags, CommandLauncher
 from servelab.errors import ServelabError
 
 __all__ = ["SglangLauncher", "SglangRuntime"]
@@ -56,6 +56,7 @@ class SglangLauncher(CommandLauncher):
 
     kind = "sglang"
     managed_flags = _MANAGED
+    arm_flags = ArmFlags("--tp-size", "--pp-size", "--mem-fraction-static")
 
     def __init__(self, runtime: SglangRuntime | None = None) -> None:
         self.runtime = runtime or SglangRuntime()
@@ -76,22 +77,6 @@ class SglangLauncher(CommandLauncher):
 
     def command_prefix(self, arm: ArmLaunch) -> list[str]:
         return [self.runtime.python, "-m", self.runtime.module, "--model-path", arm.model]
-
-    def engine_args(self, arm: ArmLaunch, replica: int) -> list[str]:
-        args: list[str] = []
-        if arm.served_model_name is not None:
-            args += ["--served-model-name", arm.served_model_name]
-        if arm.quantization is not None:
-            args += ["--quantization", arm.quantization]
-        args += [
-            "--tp-size", str(arm.tensor_parallel_size),
-            "--pp-size", str(arm.pipeline_parallel_size),
-            "--mem-fraction-static", repr(arm.gpu_memory_utilization),
-        ]
-        if arm.load_format is not None:
-            args += ["--load-format", arm.load_format]
-        args += ["--host", arm.host, "--port", str(arm.port(replica))]
-        return args + list(arm.extra_args)
 
     def replica_env(self, arm: ArmLaunch, replica: int) -> dict[str, str]:
         return {**self.runtime.env, **super().replica_env(arm, replica)}

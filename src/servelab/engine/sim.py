@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from servelab.engine.adapter import ArmLaunch
-from servelab.engine.launcher import CommandLauncher
+from servelab.engine.launcher import ArmFlags, CommandLauncher
 
 __all__ = ["SimLauncher"]
 
@@ -53,6 +53,7 @@ class SimLauncher(CommandLauncher):
 
     kind = "sim"
     managed_flags = _MANAGED
+    arm_flags = ArmFlags(load_format=None)
 
     def __init__(self, gpu: str, python: str = sys.executable, env: dict[str, str] | None = None) -> None:
         self.gpu = gpu
@@ -67,20 +68,6 @@ class SimLauncher(CommandLauncher):
 
     def command_prefix(self, arm: ArmLaunch) -> list[str]:
         return [self.python, "-m", SERVER_MODULE, "--model", arm.model, "--gpu", self.gpu]
-
-    def engine_args(self, arm: ArmLaunch, replica: int) -> list[str]:
-        args: list[str] = []
-        if arm.served_model_name is not None:
-            args += ["--served-model-name", arm.served_model_name]
-        if arm.quantization is not None:
-            args += ["--quantization", arm.quantization]
-        args += [
-            "--tensor-parallel-size", str(arm.tensor_parallel_size),
-            "--pipeline-parallel-size", str(arm.pipeline_parallel_size),
-            "--gpu-memory-utilization", repr(arm.gpu_memory_utilization),
-            "--host", arm.host, "--port", str(arm.port(replica)),
-        ]
-        return args + list(arm.extra_args)
 
     def replica_env(self, arm: ArmLaunch, replica: int) -> dict[str, str]:
         # A simulated GPU needs no CUDA_VISIBLE_DEVICES.

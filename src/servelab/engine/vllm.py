@@ -122,22 +122,6 @@ class VllmLauncher(CommandLauncher):
     def command_prefix(self, arm: ArmLaunch) -> list[str]:
         return self.runtime.serve_prefix(arm.model)
 
-    def engine_args(self, arm: ArmLaunch, replica: int) -> list[str]:
-        args: list[str] = []
-        if arm.served_model_name is not None:
-            args += ["--served-model-name", arm.served_model_name]
-        if arm.quantization is not None:
-            args += ["--quantization", arm.quantization]
-        args += [
-            "--tensor-parallel-size", str(arm.tensor_parallel_size),
-            "--pipeline-parallel-size", str(arm.pipeline_parallel_size),
-            "--gpu-memory-utilization", repr(arm.gpu_memory_utilization),
-        ]
-        if arm.load_format is not None:
-            args += ["--load-format", arm.load_format]
-        args += ["--host", arm.host, "--port", str(arm.port(replica))]
-        return args + list(arm.extra_args)
-
     def replica_env(self, arm: ArmLaunch, replica: int) -> dict[str, str]:
         return _check_env({**self.runtime.env, **super().replica_env(arm, replica)})
 

@@ -24,6 +24,8 @@ from servelab.experiment.planning import ArmPlanner
 from servelab.experiment.spec import ArmSpec, ExperimentSpec
 from servelab.experiment.store import ArmStatus, ExperimentStore
 from servelab.metrics.result import GoodputSLO, RunInfo
+from servelab.metrics.scrape import ServerSeries
+from servelab.metrics.server_figures import ServerFigures
 from servelab.metrics.summary import SummaryOptions, summarize
 from servelab.workload.arrivals import ArrivalOptions, arrival_times_s
 from servelab.workload.datasets import build_workload
@@ -176,15 +178,14 @@ class Orchestrator:
         self.echo(f"  {cell.label}: {result.completed} ok, {result.failed} failed, "
                   f"{result.output_throughput:.1f} out tok/s, mean TTFT {result.ttft.mean_ms:.1f} ms")
 
-    def _roofline(self, arm: ArmSpec, servers: list, requests: list) -> dict[str, Any] | None:
+    def _roofline(self, arm: ArmSpec, servers: list[ServerSeries], requests: list) -> dict[str, Any] | None:
         """The roofline decode step at the batch the engine ran (mean running requests per
-        replica while busy) and the mean context (prompt + half the output)."""
+        replica while busy, as the diagnosis reads it) and the mean context (prompt + half
+        the output)."""
         planner = self._planners.get(arm.name)
         if not isinstance(planner, ArmPlanner) or not requests:
             return None
-        running = [s.snapshot.num_requests_running for srv in servers for s in srv.samples
-                   if s.snapshot.num_requests_running]
-        batch = float(np.mean(running)) if running else 1.0
+        batch = ServerFigures.of_run(servers).mean_running or 1.0
         context = float(np.mean([r.prompt_len + r.output_len / 2 for r in requests]))
         return planner.decode_step(batch, context)
 

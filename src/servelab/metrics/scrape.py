@@ -2,8 +2,8 @@
 
 vLLM (current and older metric names) and SGLang expose the engine's queue, KV-cache and
 prefix-cache state there; `MetricsScraper` samples it on an interval and `ServerSeries`
-condenses the samples (peak KV usage, longest queue, preemptions and prefix-cache hit
-rate over the run). A target without `/metrics` is not an error: the series says
+condenses the samples (peak KV usage, longest and mean queue, mean batch, preemptions and
+prefix-cache hit rate over the run). A target without `/metrics` is not an error: the series says
 `available=False` and why.
 """
 
@@ -25,24 +25,16 @@ from servelab.errors import ServelabError
 _SOURCES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("num_requests_running", ("vllm:num_requests_running", "sglang:num_running_reqs")),
     ("num_requests_waiting", ("vllm:num_requests_waiting", "sglang:num_queue_reqs")),
-    (
-        "kv_cache_usage_perc",
-        ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_usage"),
-    ),
+    ("kv_cache_usage_perc",
+     ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_usage")),
     ("num_preemptions_total", ("vllm:num_preemptions_total",)),
-    (
-        "prefix_cache_queries_total",
-        ("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total"),
-    ),
-    (
-        "prefix_cache_hits_total",
-        ("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total"),
-    ),
+    ("prefix_cache_queries_total",
+     ("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total")),
+    ("prefix_cache_hits_total",
+     ("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total")),
     ("prompt_tokens_total", ("vllm:prompt_tokens_total", "sglang:prompt_tokens_total")),
-    (
-        "generation_tokens_total",
-        ("vllm:generation_tokens_total", "sglang:generation_tokens_total"),
-    ),
+    ("generation_tokens_total",
+     ("vllm:generation_tokens_total", "sglang:generation_tokens_total")),
     ("prefix_cache_hit_rate", ("sglang:cache_hit_rate",)),
 )
 # Fractions in [0, 1]: several engines' values are combined by max, not summed.
@@ -99,6 +91,23 @@ def _values(samples: tuple[TimedSnapshot, ...], name: str) -> list[float]:
     return [v for s in samples if (v := getattr(s.snapshot, name)) is not None]
 
 
+def _steady_mean(samples: tuple[TimedSnapshot, ...], name: str) -> float | None:
+    """Mean of `name` over the samples while the engine had work, after its start-up ramp.
+
+    Idle readings before the first request and after the last would dilute it; and a closed
+    loop starts with every client's request at once, so until the engine first had an empty
+    queue or its fullest batch, the queue is that burst, not one that lasts."""
+    def n(s: TimedSnapshot, field: str) -> float:
+        return getattr(s.snapshot, field) or 0.0
+
+    busy = [s for s in samples if n(s, "num_requests_running") > 0 or n(s, "num_requests_waiting") > 0]
+    full = max((n(s, "num_requests_running") for s in busy), default=0.0)
+    start = next((i for i, s in enumerate(busy) if n(s, "num_requests_waiting") == 0
+                  or n(s, "num_requests_running") >= full), 0)
+    vals = [v for s in busy[start:] if (v := getattr(s.snapshot, name)) is not None]
+    return sum(vals) / len(vals) if vals else None
+
+
 def _counter_delta(samples: tuple[TimedSnapshot, ...], name: str) -> float | None:
     """Last minus first reading; None if absent, or if the counter went down (restart)."""
     vals = _values(samples, name)
@@ -133,6 +142,16 @@ class ServerSeries:
         return max(vals) if vals else None
 
     @property
+    def mean_num_requests_waiting(self) -> float | None:
+        """The queue that lasts (see `_steady_mean`); the start-up burst sets the peak."""
+        return _steady_mean(self.samples, "num_requests_waiting")
+
+    @property
+    def mean_num_requests_running(self) -> float | None:
+        """The batch the engine ran, on average (over the same samples)."""
+        return _steady_mean(self.samples, "num_requests_running")
+
+    @property
     def preemptions_delta(self) -> float | None:
         return _counter_delta(self.samples, "num_preemptions_total")
 
@@ -164,6 +183,8 @@ class ServerSeries:
             "peak_kv_cache_usage_perc": self.peak_kv_cache_usage_perc,
             "max_num_requests_waiting": self.max_num_requests_waiting,
             "max_num_requests_running": self.max_num_requests_running,
+            "mean_num_requests_waiting": self.mean_num_requests_waiting,
+            "mean_num_requests_running": self.mean_num_requests_running,
             "preemptions_delta": self.preemptions_delta,
             "prefix_cache_hit_rate": self.prefix_cache_hit_rate,
             "prompt_tokens_delta": self.prompt_tokens_delta,
@@ -173,6 +194,19 @@ class ServerSeries:
                 **{n: [getattr(s.snapshot, n) for s in self.samples] for n in names},
             },
         }
+
+
+    @classmethod
+    def from_json_dict(cls, data: dict[str, Any]) -> ServerSeries:
+        """The series back from `to_json_dict`'s output (its columns; summary keys are
+        recomputed), so figures added later are computed for files stored before them."""
+        cols = data.get("series") or {}
+        times = cols.get("t_s") or []
+        column = {f.name: cols.get(f.name) or [None] * len(times) for f in fields(ServerSnapshot)}
+        samples = tuple(TimedSnapshot(t_s=t, snapshot=ServerSnapshot(**{n: c[i] for n, c in column.items()}))
+                        for i, t in enumerate(times))
+        return cls(url=data["url"], available=data["available"], reason=data.get("reason"),
+                   failed_scrapes=data.get("failed_scrapes", 0), samples=samples)
 
 
 class MetricsScraper:

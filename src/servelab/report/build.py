@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from servelab.report.data import ExperimentData, load_experiment
-from servelab.report.diagnose import Diagnosis, diagnose
+from servelab.report.diagnose import ArmDiagnosis, diagnose_arms
 from servelab.report.html import render_html
 from servelab.report.plots import Plot, make_plots
 from servelab.report.tables import Table, all_tables
@@ -20,7 +20,7 @@ class Report:
     title: str
     intro: tuple[str, ...]
     tables: tuple[Table, ...]
-    diagnoses: tuple[Diagnosis, ...]
+    diagnoses: tuple[ArmDiagnosis, ...]
     plots: tuple[Plot, ...]
 
     def to_markdown(self, with_plots: bool = True) -> str:
@@ -61,7 +61,7 @@ def build_report(root: Path, plots: bool = True) -> Report:
         title=f"servelab report: {data.manifest['spec']['name']}",
         intro=_intro(data),
         tables=tuple(all_tables(data)),
-        diagnoses=tuple(diagnose(data)),
+        diagnoses=tuple(diagnose_arms(data)),
         plots=tuple(make_plots(data)) if plots else (),
     )
 

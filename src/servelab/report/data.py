@@ -1,8 +1,9 @@
 """An experiment directory read back into typed records the report is computed from.
 
 Figures come from each cell's result JSON (vLLM's keys), the engine state from its server
-series (combined over replicas: the largest gauge of any replica, counters summed), the
-memory figures from the arm's parsed startup lines and the manifest's planner figures.
+series (`ServerFigures`: recomputed from the stored columns, so cells stored before a
+figure existed still get it; combined over replicas), the memory figures from the arm's
+parsed startup lines and the manifest's planner figures.
 """
 
 from __future__ import annotations
@@ -12,8 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from servelab.diagnosis import RooflineStep
 from servelab.errors import ServelabError
 from servelab.experiment.store import ArmStatus, ExperimentStore, read_json
+from servelab.metrics.server_figures import ServerFigures
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,12 +43,8 @@ class CellFigures:
     percentiles: dict[str, float] = field(default_factory=dict)  # "p90_ttft" -> ms
     ttfts_ms: tuple[float, ...] = ()
     itls_ms: tuple[float, ...] = ()
-    peak_kv_usage: float | None = None
-    max_waiting: float | None = None
-    max_running: float | None = None
-    preemptions: float | None = None
-    prefix_hit_rate: float | None = None
-    roofline: dict[str, Any] | None = None
+    server: ServerFigures = field(default_factory=ServerFigures)
+    roofline: RooflineStep | None = None  # at the batch and context the cell ran
 
     @property
     def x_value(self) -> float:
@@ -101,27 +100,14 @@ class ExperimentData:
         return next(a for a in self.arms if a.name == name)
 
 
-def _gauge_max(servers: list[dict[str, Any]], key: str) -> float | None:
-    vals = [s[key] for s in servers if s.get(key) is not None]
-    return max(vals) if vals else None
-
-
-def _counter_sum(servers: list[dict[str, Any]], key: str) -> float | None:
-    vals = [s[key] for s in servers if s.get(key) is not None]
-    return sum(vals) if vals else None
-
-
 def cell_figures(data: dict[str, Any]) -> CellFigures:
     """Figures of one stored cell (the dict a cell file holds)."""
     cell, res = data["cell"], data["result"]
-    servers = [s for s in data.get("servers") or [] if s.get("available")]
     rate = cell.get("request_rate")
     pct = {k.removesuffix("_ms"): float(v) for k, v in res.items()
            if k.startswith("p") and k.endswith("_ms") and isinstance(v, (int, float))}
-    preempt = (data.get("extras") or {}).get("preemptions")
-    if preempt is None:
-        preempt = _counter_sum(servers, "preemptions_delta")
-    hit_rates = [s["prefix_cache_hit_rate"] for s in servers if s.get("prefix_cache_hit_rate") is not None]
+    server = ServerFigures.over_replicas([ServerFigures.of_stored(s) for s in data.get("servers") or []],
+                                         (data.get("extras") or {}).get("preemptions"))
     errors = res.get("errors") or []
     return CellFigures(
         arm=cell["arm"], workload=cell["workload"], load=cell["load"],
@@ -135,12 +121,7 @@ def cell_figures(data: dict[str, Any]) -> CellFigures:
         completed=res["completed"], failed=res["failed"], percentiles=pct,
         ttfts_ms=tuple(t * 1e3 for t, e in zip(res.get("ttfts") or [], errors) if not e),
         itls_ms=tuple(g * 1e3 for row in (res.get("itls") or []) for g in row),
-        peak_kv_usage=_gauge_max(servers, "peak_kv_cache_usage_perc"),
-        max_waiting=_gauge_max(servers, "max_num_requests_waiting"),
-        max_running=_gauge_max(servers, "max_num_requests_running"),
-        preemptions=preempt,
-        prefix_hit_rate=(sum(hit_rates) / len(hit_rates)) if hit_rates else None,
-        roofline=data.get("roofline"),
+        server=server, roofline=RooflineStep.of(data.get("roofline")),
     )
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import base64
 import html
 
-from servelab.report.diagnose import Diagnosis
+from servelab.report.diagnose import ArmDiagnosis
 from servelab.report.plots import Plot
 from servelab.report.tables import Table
 
@@ -39,12 +39,12 @@ def _img(p: Plot) -> str:
             f'title="{html.escape(p.title)}">')
 
 
-def _diagnosis(d: Diagnosis) -> str:
+def _diagnosis(d: ArmDiagnosis) -> str:
     items = "".join(f"<li>{html.escape(x)}</li>" for x in d.lines)
     return f"<h3>{html.escape(d.arm)} (binds: {html.escape(d.binding)})</h3><ul>{items}</ul>"
 
 
-def render_html(title: str, intro: list[str], tables: list[Table], diagnoses: list[Diagnosis],
+def render_html(title: str, intro: list[str], tables: list[Table], diagnoses: list[ArmDiagnosis],
                 plots: list[Plot]) -> str:
     """The whole page as a string."""
     parts = [

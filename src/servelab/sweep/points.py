@@ -21,48 +21,13 @@ import numpy as np
 
 from servelab.metrics.records import RequestRecord
 from servelab.metrics.result import BenchResult
-from servelab.metrics.scrape import ServerSeries
+from servelab.metrics.server_figures import ServerFigures
 from servelab.sweep.slo import Slo, SloLevel, breaches
 
 SATURATION_MARGIN = 0.10
 MIN_ARRIVALS = 20
 MAX_FAILED_FRACTION = 0.05
 TTFT_GROWTH = 2.0
-
-
-@dataclass(frozen=True, slots=True)
-class ServerFigures:
-    """The engine's state over a run (None where the target does not expose it): peaks
-    over replicas and time, preemptions summed over replicas."""
-
-    max_waiting: float | None
-    max_running: float | None
-    peak_kv_usage: float | None
-    preemptions: float | None
-    prefix_hit_rate: float | None
-    mean_waiting: float | None = None  # over samples: a start-up burst does not dominate it
-    mean_running: float | None = None
-
-    @classmethod
-    def of(cls, servers: Sequence[ServerSeries]) -> ServerFigures:
-        avail = [s for s in servers if s.available]
-
-        def peak(vals: list[float | None]) -> float | None:
-            got = [v for v in vals if v is not None]
-            return max(got) if got else None
-
-        def mean(name: str) -> float | None:
-            got = [v for s in avail for t in s.samples if (v := getattr(t.snapshot, name)) is not None]
-            return float(np.mean(got)) if got else None
-
-        pre = [s.preemptions_delta for s in avail if s.preemptions_delta is not None]
-        return cls(max_waiting=peak([s.max_num_requests_waiting for s in avail]),
-                   max_running=peak([s.max_num_requests_running for s in avail]),
-                   peak_kv_usage=peak([s.peak_kv_cache_usage_perc for s in avail]),
-                   preemptions=sum(pre) if pre else None,
-                   prefix_hit_rate=peak([s.prefix_cache_hit_rate for s in avail]),
-                   mean_waiting=mean("num_requests_waiting"),
-                   mean_running=mean("num_requests_running"))
 
 
 def saturation_reason(records: Sequence[RequestRecord], result: BenchResult,
@@ -184,20 +149,8 @@ class LevelSummary:
 
     @property
     def server(self) -> ServerFigures:
-        """Peaks over repetitions."""
-        figs = [p.server for p in self.points]
-
-        def peak(name: str) -> float | None:
-            vals = [getattr(f, name) for f in figs if getattr(f, name) is not None]
-            return max(vals) if vals else None
-
-        def mean(name: str) -> float | None:
-            vals = [getattr(f, name) for f in figs if getattr(f, name) is not None]
-            return float(np.mean(vals)) if vals else None
-
-        return ServerFigures(peak("max_waiting"), peak("max_running"), peak("peak_kv_usage"),
-                             peak("preemptions"), peak("prefix_hit_rate"),
-                             mean("mean_waiting"), mean("mean_running"))
+        """Peaks of peaks and means of means over repetitions."""
+        return ServerFigures.over_repetitions([p.server for p in self.points])
 
     @property
     def mean_context_tokens(self) -> float:

@@ -20,11 +20,12 @@ import numpy as np
 from servelab.experiment.cells import cell_seed
 from servelab.experiment.spec import NumPromptsRule
 from servelab.metrics.result import RunInfo, write_result
+from servelab.metrics.server_figures import ServerFigures
 from servelab.metrics.summary import SummaryOptions, summarize
 from servelab.sweep.diagnose import Bend, diagnose_level
 from servelab.sweep.knee import Knee, KneeInterval, find_knee, knee_interval
 from servelab.sweep.levels import LevelAxis, Targets, flattened, next_level
-from servelab.sweep.points import LevelPoint, LevelSummary, ServerFigures, saturation_reason
+from servelab.sweep.points import LevelPoint, LevelSummary, saturation_reason
 from servelab.sweep.slo import Capacity, Slo, capacity
 from servelab.sweep.targets import OpenTarget
 from servelab.workload.arrivals import ArrivalOptions, arrival_times_s
@@ -127,7 +128,8 @@ def measure_level(ot: OpenTarget, cfg: SweepConfig, level: float, cache: Workloa
             tokenizer_id=cache.tokenizer(cfg.dataset.tokenizer).info.name, num_prompts=len(reqs),
             request_rate=arrivals.request_rate, burstiness=cfg.burstiness, max_concurrency=cap,
             seed=seed, metadata={"sweep_level": axis.key(level), "repetition": str(rep)}))
-        point = LevelPoint(level, rep, seed, result, ServerFigures.of(m.servers),
+        point = LevelPoint(level, rep, seed, result,
+                           ServerFigures.of_run(m.servers, m.extras.get("preemptions")),
                            saturation_reason(m.records, result, open_loop=not concurrency))
         points.append(point)
         if out_dir is not None:
@@ -189,10 +191,11 @@ def analyse(cfg: SweepConfig, ot: OpenTarget, levels: dict[float, LevelSummary],
                      f"{knee.peak_tok_s:.1f} (at {knee.peak_level:g})")
     cap = capacity(cfg.slo, [lv.slo_level() for lv in levels.values()], unit) if cfg.slo else None
     bends = []
+    closed = cfg.axis.mode == "concurrency"
     if knee is not None:
         above = [lv for lv in steady if lv.level > knee.level]
         for lv in [levels[knee.level], *above[-1:]]:
-            bends.append(diagnose_level(lv, ot.planner))
+            bends.append(diagnose_level(lv, ot.planner, closed))
     elif steady:
-        bends.append(diagnose_level(steady[-1], ot.planner))
+        bends.append(diagnose_level(steady[-1], ot.planner, closed))
     return SweepOutcome(cfg, ot.describe, levels, order, knee, knee_note, interval, cap, bends, notes)

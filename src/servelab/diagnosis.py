@@ -1,0 +1,184 @@
+"""Which ceiling binds a run, with the numbers: the one diagnosis the report and sweeps share.
+
+Checked in this order (the first that applies binds; latencies measured behind a queue
+include the wait, so queue-type causes come first):
+1. batch slots: the engine ran `max_num_seqs` requests at once (or, without `/metrics`, a
+   closed loop had more clients than slots) and a queue lasted;
+2. KV capacity: preemptions, or the KV pool peaked at >= `KV_FULL` of its blocks;
+3. queueing: a queue lasted with batch slots and KV to spare (the per-step token budget
+   or a prefill backlog holds it);
+4. unknown: the target exposes no queue metrics, so queueing cannot be judged;
+5. decode speed: no lasting queue; the mean ITL against the roofline decode step at the
+   batch the engine ran says whether the step is bandwidth- or compute-bound, and how close.
+
+"A queue lasted" reads the MEAN waiting count (`ServerSeries.mean_num_requests_waiting`:
+while the engine had work, after its start-up ramp), not the peak: a closed-loop run
+starts with every client's request at once, and with a small per-step token budget
+prefill takes several steps, so the peak is that start-up burst. A record without the
+mean (a stored cell without its series columns) is judged by its peak, with a note.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from servelab.metrics.server_figures import ServerFigures
+
+KV_FULL = 0.95
+LASTING_QUEUE = 1.0  # mean requests waiting at or above which the queue binds
+
+
+class Ceiling(StrEnum):
+    """The binding ceiling, most severe first (an arm's headline over workloads is its most
+    severe); the value is the machine-readable name sweeps write."""
+
+    MAX_NUM_SEQS = "max_num_seqs"
+    KV_FULL = "kv_full"
+    QUEUEING = "queueing"
+    UNKNOWN = "unknown"
+    BANDWIDTH = "bandwidth"
+    COMPUTE = "compute"
+    DECODE = "decode"
+
+    @property
+    def label(self) -> str:
+        """The report's heading for it."""
+        return _LABELS[self]
+
+    @property
+    def severity(self) -> int:
+        return list(Ceiling).index(self)
+
+
+_LABELS = {
+    Ceiling.MAX_NUM_SEQS: "batch slots (max_num_seqs)", Ceiling.KV_FULL: "KV capacity",
+    Ceiling.QUEUEING: "queue (scheduler budget)", Ceiling.UNKNOWN: "unknown (no queue metrics)",
+    Ceiling.BANDWIDTH: "decode bandwidth (roofline)", Ceiling.COMPUTE: "decode compute (roofline)",
+    Ceiling.DECODE: "decode speed",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class RooflineStep:
+    """The planner's roofline decode step at `batch` sequences of `context_tokens` each."""
+
+    batch: int
+    context_tokens: int
+    step_ms: float
+    bound: str  # "memory" or "compute": the roofline term that dominates
+
+    @classmethod
+    def of(cls, step: dict[str, Any] | None) -> RooflineStep | None:
+        """From `ArmPlanner.decode_step`'s dict (as cells store it); None passes through."""
+        if step is None:
+            return None
+        return cls(int(step["batch"]), int(step["context_tokens"]), float(step["step_ms"]),
+                   str(step["bound"]))
+
+
+@dataclass(frozen=True, slots=True)
+class DiagnosisInput:
+    """What one run (a report cell, a sweep level) says about its ceilings.
+
+    `concurrency` is the load's client count (None for a rate load); `baseline_ttft_ms`
+    the baseline arm's mean TTFT at the same load, where there is one to compare with."""
+
+    max_num_seqs: int | None
+    concurrency: int | None
+    server: ServerFigures
+    mean_itl_ms: float
+    mean_ttft_ms: float
+    roofline: RooflineStep | None = None
+    failed: int = 0
+    baseline_ttft_ms: float | None = None
+    saturated_reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Diagnosis:
+    """The binding ceiling and the evidence in words."""
+
+    kind: Ceiling
+    lines: tuple[str, ...]
+
+
+def _n(value: float | None, digits: int = 0) -> str:
+    return "-" if value is None else f"{value:,.{digits}f}"
+
+
+def _queue(s: ServerFigures) -> str:
+    if s.mean_waiting is None:
+        return f"up to {_n(s.max_waiting)} waiting"
+    return f"{s.mean_waiting:,.1f} waiting on average (peak {_n(s.max_waiting)})"
+
+
+def _at_slot_cap(d: DiagnosisInput) -> bool:
+    seqs, s = d.max_num_seqs, d.server
+    if seqs is None:
+        return False
+    if s.max_running is not None:
+        return s.max_running >= seqs
+    return d.concurrency is not None and d.concurrency > seqs
+
+
+def _rule(d: DiagnosisInput) -> tuple[Ceiling, list[str]]:
+    s = d.server
+    queue = s.mean_waiting if s.mean_waiting is not None else s.max_waiting
+    lasting = queue is not None and queue >= LASTING_QUEUE
+    kv = f"KV pool peak {100 * s.peak_kv_usage:.0f} %" if s.peak_kv_usage is not None else "KV usage not reported"
+    kv_full = (s.preemptions or 0) > 0 or (s.peak_kv_usage or 0) >= KV_FULL
+    # Without queue metrics a closed loop with more clients than slots must still queue.
+    if _at_slot_cap(d) and (lasting or queue is None):
+        seqs = d.max_num_seqs
+        if d.concurrency is not None and seqs is not None and d.concurrency > seqs:
+            head = f"max_num_seqs {seqs} is below the load's concurrency {d.concurrency}"
+        else:
+            head = f"max_num_seqs {seqs} slots all busy"
+        vs = ""
+        if d.baseline_ttft_ms:
+            vs = f" ({d.mean_ttft_ms / d.baseline_ttft_ms:.1f}x the baseline's {d.baseline_ttft_ms:,.1f} ms)"
+        spare = "the KV pool is full too" if kv_full else "memory is not what limits it"
+        return Ceiling.MAX_NUM_SEQS, [
+            f"{head}: at most {_n(s.max_running)} running, {_queue(s)}; mean TTFT "
+            f"{d.mean_ttft_ms:,.1f} ms{vs} is queueing, not prefill",
+            f"{kv}: {spare}; raise max_num_seqs"]
+    if kv_full:
+        return Ceiling.KV_FULL, [f"{kv}, {_n(s.preemptions)} preemptions: the KV pool is full "
+                                 "(raise gpu_memory_utilization, FP8 KV cache, more TP)"]
+    if lasting:
+        return Ceiling.QUEUEING, [f"{_queue(s)} with {_n(s.max_running)} running at most and {kv}: "
+                                  "the per-step token budget (max_num_batched_tokens) or a prefill "
+                                  "backlog holds them"]
+    if queue is None:
+        return Ceiling.UNKNOWN, ["the target exposes no queue metrics (/metrics): queueing "
+                                 "cannot be judged"]
+    return Ceiling.DECODE, [f"no lasting queue ({_queue(s)}, {_n(s.max_running)} running at most, "
+                            f"{kv}): capacity does not bind; the step itself slows as the batch grows"]
+
+
+def diagnose(d: DiagnosisInput) -> Diagnosis:
+    """The binding ceiling of one run (see the module docstring for the rules)."""
+    kind, lines = _rule(d)
+    s = d.server
+    if s.mean_waiting is None and s.max_waiting is not None:
+        lines.append("queue judged by its peak: the record has no mean queue figure, and a "
+                     "closed-loop start-up burst alone can set the peak")
+    roof = d.roofline
+    if roof is not None and d.mean_itl_ms > 0:
+        bound = Ceiling.BANDWIDTH if roof.bound == "memory" else Ceiling.COMPUTE
+        lines.append(f"mean ITL {d.mean_itl_ms:,.2f} ms vs the roofline decode step {roof.step_ms:,.2f} ms "
+                     f"at batch {roof.batch} x {roof.context_tokens} tokens of context ({bound}-bound "
+                     f"step): the engine runs at {100 * roof.step_ms / d.mean_itl_ms:.0f} % of the "
+                     f"{bound} roofline")
+        if kind is Ceiling.DECODE:
+            kind = bound
+    if d.failed:
+        lines.append(f"{d.failed} requests failed (see the errors: e.g. prompt + output longer "
+                     "than max_model_len is refused)")
+    if s.prefix_hit_rate:
+        lines.append(f"prefix cache hit rate {100 * s.prefix_hit_rate:.0f} %")
+    if d.saturated_reason:
+        lines.append(f"over-saturated: {d.saturated_reason}")
+    return Diagnosis(kind, tuple(lines))

@@ -1,0 +1,133 @@
+"""The one diagnosis (servelab.diagnosis) with known answers, and how the report and the
+sweep feed it: a closed loop's start-up burst is not a queue; a lasting one is."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from servelab.diagnosis import Ceiling, DiagnosisInput, RooflineStep, diagnose
+from servelab.metrics.server_figures import ServerFigures
+from servelab.report.data import cell_figures, load_experiment
+from servelab.report.diagnose import diagnose_arms
+
+ROOF = RooflineStep(batch=18, context_tokens=342, step_ms=30.0, bound="memory")
+
+
+def _input(seqs: int | None = 256, conc: int | None = 32, **server: float | None) -> DiagnosisInput:
+    figs = {"max_waiting": 23.0, "mean_waiting": 0.4, "max_running": 32.0, "mean_running": 18.0,
+            "peak_kv_usage": 0.21, "preemptions": 0.0} | server
+    return DiagnosisInput(max_num_seqs=seqs, concurrency=conc, server=ServerFigures(**figs),
+                          mean_itl_ms=60.0, mean_ttft_ms=400.0, roofline=ROOF)
+
+
+def test_a_closed_loop_start_up_burst_is_not_a_queue() -> None:
+    d = diagnose(_input())
+    assert d.kind is Ceiling.BANDWIDTH
+    assert d.lines[0].startswith("no lasting queue (0.4 waiting on average (peak 23), 32 running")
+    # 30 ms roofline step / 60 ms measured ITL
+    assert "50 % of the bandwidth roofline" in d.lines[1]
+
+
+def test_a_lasting_queue_binds() -> None:
+    d = diagnose(_input(mean_waiting=5.0))
+    assert d.kind is Ceiling.QUEUEING
+    assert d.lines[0].startswith("5.0 waiting on average (peak 23) with 32 running at most")
+
+
+def test_the_over_tuned_arm_binds_on_batch_slots() -> None:
+    d = diagnose(_input(seqs=8, max_waiting=24.0, mean_waiting=24.0, max_running=8.0, mean_running=8.0,
+                        peak_kv_usage=0.02))
+    assert d.kind is Ceiling.MAX_NUM_SEQS
+    assert d.lines[0].startswith("max_num_seqs 8 is below the load's concurrency 32: at most 8 "
+                                 "running, 24.0 waiting on average (peak 24)")
+    assert d.lines[1] == "KV pool peak 2 %: memory is not what limits it; raise max_num_seqs"
+
+
+def test_slots_full_at_a_request_rate_with_a_queue() -> None:
+    d = diagnose(_input(seqs=8, conc=None, max_running=8.0, mean_waiting=3.0))
+    assert d.kind is Ceiling.MAX_NUM_SEQS and d.lines[0].startswith("max_num_seqs 8 slots all busy")
+
+
+def test_kv_full_comes_before_queueing() -> None:
+    d = diagnose(_input(mean_waiting=5.0, preemptions=12.0, peak_kv_usage=0.97))
+    assert d.kind is Ceiling.KV_FULL
+    assert d.lines[0].startswith("KV pool peak 97 %, 12 preemptions")
+
+
+def test_without_a_mean_the_peak_judges_with_a_note() -> None:
+    d = diagnose(_input(mean_waiting=None))
+    assert d.kind is Ceiling.QUEUEING
+    assert any(x.startswith("queue judged by its peak") for x in d.lines)
+
+
+def test_without_queue_metrics() -> None:
+    none = {"max_waiting": None, "mean_waiting": None, "max_running": None, "mean_running": None,
+            "peak_kv_usage": None, "preemptions": None}
+    # More closed-loop clients than slots must queue; otherwise queueing cannot be judged.
+    assert diagnose(_input(seqs=8, **none)).kind is Ceiling.MAX_NUM_SEQS
+    d = diagnose(_input(**none))
+    assert d.kind is Ceiling.UNKNOWN
+    assert not any(x.startswith("queue judged") for x in d.lines)
+
+
+def test_severity_follows_the_rules_order() -> None:
+    assert sorted(Ceiling, key=lambda k: k.severity)[:3] == [
+        Ceiling.MAX_NUM_SEQS, Ceiling.KV_FULL, Ceiling.QUEUEING]
+    assert Ceiling.MAX_NUM_SEQS.label == "batch slots (max_num_seqs)"
+
+
+def _stored_cell(waiting: list[float], running: list[float]) -> dict:
+    """A cell as stored before the mean figures existed: summary keys and columns only."""
+    n = len(waiting)
+    series = {"t_s": [0.5 * i for i in range(n)], "num_requests_waiting": waiting,
+              "num_requests_running": running, "kv_cache_usage_perc": [0.2] * n}
+    return {
+        "cell": {"arm": "base", "workload": "chat", "load": "c32", "concurrency": 32,
+                 "request_rate": "inf"},
+        "result": {"total_token_throughput": 1.0, "output_throughput": 1.0, "request_throughput": 1.0,
+                   "mean_ttft_ms": 100.0, "mean_itl_ms": 60.0, "mean_tpot_ms": 60.0,
+                   "duration": 10.0, "completed": 10, "failed": 0},
+        "servers": [{"url": "sim://offline/replica0", "available": True, "reason": None,
+                     "failed_scrapes": 0, "max_num_requests_waiting": max(waiting),
+                     "max_num_requests_running": max(running), "series": series}],
+        "roofline": {"batch": 32, "context_tokens": 300, "step_ms": 30.0, "bound": "memory"},
+    }
+
+
+def test_a_cell_stored_without_means_gets_them_from_its_columns() -> None:
+    # idle, the burst (23 waiting while 9 then 17 ran), 28 steady samples, idle: the ramp
+    # ends when the queue first empties, so the mean is over the 28 steady samples.
+    waiting = [0.0, 23.0, 15.0] + [0.0] * 27 + [1.0, 0.0]
+    running = [0.0, 9.0, 17.0] + [32.0] * 28 + [0.0]
+    c = cell_figures(_stored_cell(waiting, running))
+    assert c.server.max_waiting == 23
+    assert c.server.mean_waiting == pytest.approx(1 / 28)
+    assert c.server.mean_running == 32
+
+
+def test_the_report_does_not_call_the_burst_a_queue(tmp_path: Path) -> None:
+    manifest = {"baseline": "base", "planner": {},
+                "spec": {"arms": [{"name": "base", "args": {"max_num_seqs": 256}}],
+                         "workloads": [{"name": "chat"}]}}
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    path = tmp_path / "cells" / "base" / "chat" / "c32.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(_stored_cell([23.0, 15.0] + [0.0] * 30, [9.0, 17.0] + [32.0] * 30)))
+    (arm,) = diagnose_arms(load_experiment(tmp_path))
+    assert arm.binding == "decode bandwidth (roofline)"
+    assert arm.lines[0].startswith("chat at c32: no lasting queue (0.0 waiting on average (peak 23)")
+
+
+def test_replicas_combine_peaks_means_and_counters() -> None:
+    a = ServerFigures(max_waiting=4.0, mean_waiting=1.0, max_running=8.0, mean_running=6.0,
+                      peak_kv_usage=0.5, preemptions=2.0, prefix_hit_rate=0.2)
+    b = ServerFigures(max_waiting=2.0, mean_waiting=3.0, max_running=8.0, mean_running=4.0,
+                      peak_kv_usage=0.9, preemptions=1.0, prefix_hit_rate=0.4)
+    both = ServerFigures.over_replicas([a, b, ServerFigures()])
+    assert both == ServerFigures(max_waiting=4.0, mean_waiting=2.0, max_running=8.0, mean_running=5.0,
+                                 peak_kv_usage=0.9, preemptions=3.0, prefix_hit_rate=pytest.approx(0.3))
+    assert ServerFigures.over_replicas([a, b], preemptions=7.0).preemptions == 7.0
+    assert ServerFigures.over_repetitions([a, b]).preemptions == 2.0
