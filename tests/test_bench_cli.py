@@ -49,6 +49,11 @@ def test_acceptance_command_matches_the_server(token_server, servelab_cli, tmp_p
     assert r["request_throughput"] == pytest.approx(64 / r["duration"])
     assert r["output_throughput"] == pytest.approx(64 * 32 / r["duration"])
     assert r["servelab"]["partial"] is False and isinstance(r["servelab"]["seed"], int)
+    # The last of 4 waves of 16 waited about 3 requests' lifetimes (TTFT + 31 ITL each) for a
+    # slot: that is the cap's doing, not the client falling behind its schedule.
+    lifetime_ms = truth["mean_ttft_ms"] + 31 * truth["mean_chunk_gap_ms"]
+    assert r["servelab"]["slot_wait_ms"]["max"] >= 2.9 * lifetime_ms
+    assert r["servelab"]["client_fell_behind"] is False
 
 
 def test_goodput_is_exact_on_both_sides_of_the_truth(token_server, servelab_cli, tmp_path: Path) -> None:

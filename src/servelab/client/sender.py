@@ -154,19 +154,23 @@ class ScheduleSender:
     ) -> None:
         clock = self.clock
         sem = asyncio.Semaphore(self.max_concurrency) if self.max_concurrency else None
+        # When the loop last got past a wait for a free slot. A request that fell due while
+        # the loop was held there (by its own wait or an earlier request's) waited for the
+        # cap, not for the client: only what comes after that moment is scheduling lag.
+        unblocked_at = float("-inf")
         for spec, body, it in zip(requests, bodies, intended_s):
-            delay = t0 + it - clock()
+            due = t0 + it
+            delay = due - clock()
             if delay > 0:
                 await asyncio.sleep(delay)
             slot_wait_ms = 0.0
             if sem is not None:
                 if sem.locked():
-                    # Waiting for a slot since it was due, including the time spent queued
-                    # behind earlier requests that waited for slots: none of it is lag.
                     await sem.acquire()
-                    slot_wait_ms = max(0.0, clock() - (t0 + it)) * 1000.0
+                    unblocked_at = clock()
                 else:
                     await sem.acquire()
+                slot_wait_ms = max(0.0, unblocked_at - due) * 1000.0
             task = asyncio.ensure_future(self._request(spec, body, it, slot_wait_ms, t0))
             if sem is not None:
                 task.add_done_callback(lambda _t, s=sem: s.release())
