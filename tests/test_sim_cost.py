@@ -112,3 +112,33 @@ def test_nelder_mead_finds_a_quadratic_minimum() -> None:
                            __import__("numpy").zeros(3), 0.5, 400)
     assert x == pytest.approx([1.0, -2.0, 0.5], abs=1e-3)
     assert fx < 1e-6
+
+
+def test_weight_format_factor_slows_weight_reads_only() -> None:
+    # Known answer: memory = (weight bytes / 0.45 + KV bytes) / (peak x bandwidth_frac).
+    from servelab.models.costs import weights_read_bytes
+
+    args = EngineArgs()
+    model, gpu = load_model("Qwen/Qwen3-14B", "awq"), get_gpu("H200")
+    shape = StepShape(decode_seqs=32, decode_context_tokens=32 * 1000)
+    st = step_time(model, gpu, args, shape, Efficiency(0.8, 0.5))
+    weights_s = weights_read_bytes(model, 32) / (gpu.memory_bandwidth_gbs * 1e9 * 0.8)
+    memory_s = st.memory_s + weights_s * (1 / 0.45 - 1)
+    assert memory_s > st.compute_s  # a decode step: memory-bound
+    got = RooflineCostModel(model, gpu, args, CAL, "awq").step_duration_s(shape)
+    assert got == pytest.approx(memory_s + 2e-3 + 32 * 10e-6, rel=1e-9)
+
+
+def test_kv_reads_cost_the_same_for_awq_and_bf16() -> None:
+    # 16 more sequences' worth of context: the extra KV bytes stream at the base bandwidth
+    # whatever the weight format, so the step grows by the same time.
+    args, gpu = EngineArgs(), get_gpu("H200")
+    short = StepShape(decode_seqs=16, decode_context_tokens=16 * 500)
+    long = StepShape(decode_seqs=16, decode_context_tokens=16 * 4000)
+    bf16 = RooflineCostModel(load_model("Qwen/Qwen3-14B", None), gpu, args, CAL)
+    awq = RooflineCostModel(load_model("Qwen/Qwen3-14B", "awq"), gpu, args, CAL, "awq")
+    grow_bf16 = bf16.step_duration_s(long) - bf16.step_duration_s(short)
+    grow_awq = awq.step_duration_s(long) - awq.step_duration_s(short)
+    kv_bytes = 160 * 1024 * 16 * 3500  # Qwen3-14B: 160 KiB per token
+    assert grow_bf16 == pytest.approx(kv_bytes / (gpu.memory_bandwidth_gbs * 1e9 * 0.8), rel=1e-6)
+    assert grow_awq == pytest.approx(grow_bf16, rel=1e-9)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -56,6 +56,14 @@ class Target:
     seed: int
     max_concurrency: int | None
     num_warmups: int
+    # The deployment this result was measured on (weight format, engine args), when it is
+    # not calibrate's own: one calibration can then be fitted across arms (bf16 and AWQ).
+    options: SimOptions | None = None
+
+
+def _trial(opts: SimOptions, target: Target, cal: Calibration) -> SimOptions:
+    """`target`'s deployment (else `opts`) with calibration `cal`."""
+    return replace(target.options or opts, calibration=cal)
 
 
 def _number(data: dict, key: str, path: Path) -> float | None:
@@ -101,7 +109,10 @@ def load_targets(paths: Sequence[Path], dataset: DatasetOptions, seed: int,
 
 
 def simulated_metrics(opts: SimOptions, target: Target) -> dict[str, float]:
-    """The fit metrics of one simulation of `target` under `opts`."""
+    """The fit metrics of one simulation of `target` under `opts` (its deployment:
+    `target.options` when set, with `opts`' calibration)."""
+    if target.options is not None:
+        opts = replace(target.options, calibration=opts.calibration)
     run, *_ = simulate_prepared(opts, target.workload, target.seed, target.max_concurrency,
                                 target.num_warmups)
     res = summarize(run.records, run.duration_s, SummaryOptions(
@@ -190,16 +201,16 @@ def _pct(sim: float, meas: float) -> float:
 
 def calibrate(opts: SimOptions, targets: Sequence[Target], max_evals: int = 60,
               progress: Callable[[str], None] | None = None) -> CalibrationFit:
-    """Fit `_PARAMS` of `opts`' calibration (starting from the GPU class defaults)."""
+    """Fit `_PARAMS` of `opts`' calibration (starting from the GPU class defaults); a target
+    with `options` is simulated on its own deployment with the trial calibration."""
     base = opts.resolved_calibration
     prior = _encode(base)
 
     def objective(x: np.ndarray) -> float:
-        trial = SimOptions(opts.model, opts.gpu, opts.quantization, opts.engine_args,
-                           opts.replicas, opts.router_policy, _decode(x, base))
+        cal = _decode(x, base)
         err = PRIOR_WEIGHT * float(np.sum((x - prior) ** 2))
         for t in targets:
-            sim = simulated_metrics(trial, t)
+            sim = simulated_metrics(_trial(opts, t, cal), t)
             for k, meas in t.measured.items():
                 if meas and k in sim:
                     err += FIT_METRICS[k] * ((sim[k] - meas) / meas) ** 2
@@ -210,11 +221,9 @@ def calibrate(opts: SimOptions, targets: Sequence[Target], max_evals: int = 60,
         progress(f"objective {fx:.5f} after {evals} simulations")
     best = _decode(x, base)
     fit = CalibrationFit(best, evals=evals)
-    final = SimOptions(opts.model, opts.gpu, opts.quantization, opts.engine_args,
-                       opts.replicas, opts.router_policy, best)
     errors: dict[str, float] = {}
     for t in targets:
-        sim = simulated_metrics(final, t)
+        sim = simulated_metrics(_trial(opts, t, best), t)
         for k, meas in t.measured.items():
             fit.rows.append((t.name, k, meas, sim.get(k, float("nan"))))
             errors[f"{t.name}:{k}"] = round(_pct(sim.get(k, 0.0), meas), 2)

@@ -15,8 +15,9 @@ step = GPU time + CPU time, where
 - CPU time = `step_overhead_ms` (scheduling, input preparation, launch, sampling,
   detokenising: what BLIS leaves out) + `per_seq_us` x scheduled sequences +
   `per_prefill_token_us` x prefill tokens.
-Quantized weights scale `bandwidth_frac` by a per-format factor (on Hopper, AWQ decode ran
-at under half of bf16's effective bandwidth, seeds' measurement).
+Quantized weights stream at `bandwidth_frac` x a per-format factor (on Hopper, AWQ decode ran
+at under half of bf16's effective bandwidth: seeds, and the H200 cells of
+docs/validation/h200-2026-11-29); KV reads and writes keep the base `bandwidth_frac`.
 
 For speed, the roofline is probed once per model/GPU/factors at construction and turned
 into an exact linear form (`LinearCost`) when it is linear in the step's four counts (the
@@ -92,20 +93,23 @@ class Calibration(BaseModel):
 
 
 # Defaults per GPU class. L40S: fitted by `servelab sim calibrate` on the seeds' ShareGPT row
-# (docs/simulator.md, "Validation"); H200: set from the H200 reference (c1 TPOT 8.70 ms,
-# TTFT 56.5 ms); the rest use the H200 figures for data-centre parts and L40S for PCIe parts.
+# (docs/simulator.md, "Validation"); H200: fitted on half of the real H200 run's cells
+# (docs/validation/h200-2026-11-29); the rest use the H200 figures for data-centre parts and
+# L40S for PCIe parts.
 DEFAULT_CALIBRATIONS: dict[str, Calibration] = {
     # `python bench/sim_validate.py --fit --tokenizer <Qwen3 tokenizer.json>` (80 simulations).
     "L40S": Calibration(gpu_class="L40S", bandwidth_frac=0.861, compute_frac=0.449,
                         overlap_penalty=0.598, step_overhead_ms=2.44, per_seq_us=20.0,
                         per_prefill_token_us=0.5, request_overhead_ms=3.16,
                         fitted_on=("seeds: L40S ShareGPT 2000 prompts, rate 10, c10",)),
-    # Set by hand on the H200 reference run (random 1024/128 at c1: TPOT 8.70, TTFT 56.5 ms);
-    # overlap_penalty and the CPU terms taken from the L40S fit, step overhead lower (faster host).
-    "H200": Calibration(gpu_class="H200", bandwidth_frac=0.72, compute_frac=0.62,
-                        overlap_penalty=0.598, step_overhead_ms=0.5, per_seq_us=20.0,
-                        per_prefill_token_us=0.5, request_overhead_ms=3.16,
-                        fitted_on=("H200 reference: random 1024/128, c1",)),
+    # Fitted by docs/validation/h200-2026-11-29/simcheck.py ("joint", 60 simulations) on 12
+    # cells of the real H200 run (vLLM 0.25.1, Qwen3-14B): c1 and c32 of ShareGPT, prefix
+    # repetition and random 1024/128, bf16 and AWQ (AWQ through WEIGHT_FORMAT_FACTOR). The
+    # request overhead (~16 ms) carries what c1's TTFT holds beyond one prefill step.
+    "H200": Calibration(gpu_class="H200", bandwidth_frac=0.673, compute_frac=0.853,
+                        overlap_penalty=0.408, step_overhead_ms=0.24, per_seq_us=20.0,
+                        per_prefill_token_us=0.5, request_overhead_ms=15.85,
+                        fitted_on=("H200 vLLM 0.25.1, bf16 + AWQ: sharegpt/prefix/random c1, c32",)),
 }
 _CLASS_FALLBACK = "H200"
 _PCIE_CLASSES = ("L40", "L4", "A10", "A40", "RTX", "T4")
@@ -130,6 +134,25 @@ def weight_format_factor(quantization: str | None) -> float:
     if quantization is None:
         return 1.0
     return WEIGHT_FORMAT_FACTOR.get(quantization.lower(), 0.6)
+
+
+def _extra_weight_seconds(model: Any, gpu: Any, args: Any, cal: Calibration,
+                          quantization: str | None) -> Any:
+    """Seconds a step's weight reads take beyond the base bandwidth, as a function of the
+    step's token count: weight bytes / (peak x bandwidth_frac) x (1 / format factor - 1);
+    None for 16-bit weights (factor 1)."""
+    factor = weight_format_factor(quantization)
+    if factor == 1.0:
+        return None
+    from servelab.models.costs import weights_read_bytes
+
+    rate = gpu.memory_bandwidth_gbs * 1e9 * cal.bandwidth_frac
+    tp, pp = args.tensor_parallel_size, args.pipeline_parallel_size
+
+    def extra(tokens: int) -> float:
+        return weights_read_bytes(model, tokens, tp, pp) / rate * (1.0 / factor - 1.0)
+
+    return extra
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,13 +238,21 @@ class RooflineCostModel:
         from servelab.plan.roofline import Efficiency, StepShape, step_time
 
         self.calibration = cal
-        eff = Efficiency(bandwidth_frac=cal.bandwidth_frac * weight_format_factor(quantization),
-                         compute_frac=cal.compute_frac)
+        eff = Efficiency(bandwidth_frac=cal.bandwidth_frac, compute_frac=cal.compute_frac)
+        # The weight format slows the quantized GEMMs' weight streaming only: KV reads and
+        # writes (attention kernels, 16-bit KV) run at the base bandwidth (H200 AWQ cells:
+        # charging KV at AWQ's rate overpriced c64 decode steps by 14-18 %).
+        extra_weight_s = _extra_weight_seconds(model, gpu, args, cal, quantization)
 
         def fn(d: int, dc: int, p: int, pc: int) -> Any:
             shape = StepShape(decode_seqs=d, decode_context_tokens=dc, prefill_tokens=p,
                               prefill_context_tokens=pc)
-            return step_time(model, gpu, args, shape, eff)
+            st = step_time(model, gpu, args, shape, eff)
+            if extra_weight_s is None:
+                return st
+            memory_s = st.memory_s + extra_weight_s(d + p)
+            return replace(st, memory_s=memory_s,
+                           total_s=max(memory_s, st.compute_s) + st.allreduce_s)
 
         pp = args.pipeline_parallel_size
         self._fn = fn
