@@ -65,6 +65,18 @@ def test_warmups_come_first_with_negative_times_and_are_left_out_of_the_summary(
     assert res.completed == 4
 
 
+def test_warmups_leave_no_prefix_cache_hit_for_the_measured_requests() -> None:
+    reqs = [_req(i, 64, 2) for i in range(4)]  # 4 full blocks each, no shared prefix
+    eng = _engine()
+    simulate(Cluster([eng], None, _NET), reqs, [0.0, 0.1, 0.2, 0.3], num_warmups=4)
+    assert eng.stats.prefix_cache_queries_total > 0
+    assert eng.stats.prefix_cache_hits_total == 0
+    # The same request sent twice does hit: the counter can see a repeat.
+    again = _engine()
+    simulate(Cluster([again], None, _NET), [reqs[0], reqs[0]], [0.0, 1.0])
+    assert again.stats.prefix_cache_hits_total == 48  # 3 full blocks; the last is recomputed
+
+
 def test_too_long_request_fails_with_http_400_and_the_rest_complete() -> None:
     reqs = [_req(0, 100, 10), _req(1, 40, 10)]
     run = simulate(Cluster([_engine(mml=64)], None, _NET), reqs, [0.0, 0.0])

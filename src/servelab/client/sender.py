@@ -32,6 +32,7 @@ from servelab.client.target import TargetConfig
 from servelab.errors import ServelabError
 from servelab.metrics.records import RequestRecord
 from servelab.workload.request import RequestSpec
+from servelab.workload.warmup import warmup_requests
 
 PREOPEN_MAX = 512
 
@@ -268,7 +269,7 @@ async def send_schedule(
 ) -> list[RequestRecord]:
     """Send `requests` on their schedule (`intended_s`, seconds after t0) to `target`.
 
-    Opens the connections and sends `num_warmups` warm-ups (copies of the first requests)
+    Opens the connections and sends `num_warmups` warm-ups (the first requests with a marker in front: `servelab.workload.warmup`)
     before t0, never has more than `max_concurrency` requests in flight, and returns the
     warm-up records (`warmup=True`) followed by one record per request sent. `on_start`
     is called with t0 (on `clock`) just before the first request is due; setting `stop`
@@ -277,7 +278,7 @@ async def send_schedule(
     async with ScheduleSender(target, max_concurrency, on_progress, clock) as sender:
         n = len(requests)
         await sender.preopen(min(max_concurrency or n, n, PREOPEN_MAX))
-        warm = [requests[i % n] for i in range(num_warmups)] if n else []
+        warm = warmup_requests(requests, num_warmups)
         t_warm = clock()
         records = await sender.warmup(warm, t_warm) if warm else []
         t0 = clock()

@@ -35,6 +35,7 @@ from servelab.sim.offline import simulate
 from servelab.sim.setup import SimOptions, build_cluster, offline_requests
 from servelab.workload.request import RequestSpec
 from servelab.workload.tokenizer import TokenizerHandle
+from servelab.workload.warmup import warmup_requests
 
 SCRAPE_INTERVAL_S = 1.0
 
@@ -139,7 +140,7 @@ async def _send_split(targets: list[TargetConfig], requests: Sequence[RequestSpe
         shares = [list(range(k, n_req, n)) for k in range(n)]
         await asyncio.gather(*(s.preopen(min(caps[k] or len(shares[k]), len(shares[k]), PREOPEN_MAX))
                                for k, s in enumerate(senders)))
-        warm_specs = [requests[i % n_req] for i in range(num_warmups)] if n_req else []
+        warm_specs = warmup_requests(requests, num_warmups)
         t_warm = clock()
         warm_lists = await asyncio.gather(*(s.warmup(warm_specs[k::n], t_warm)
                                             for k, s in enumerate(senders)))

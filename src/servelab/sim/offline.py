@@ -18,7 +18,7 @@ from __future__ import annotations
 import heapq
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import replace, dataclass
 
 from servelab.metrics.records import RequestRecord
 from servelab.router.records import RouteRequest
@@ -64,7 +64,7 @@ def simulate(cluster: Cluster, requests: Sequence[OfflineRequest], intended_s: S
     steps = 0
     t_warm_end = 0.0
     if num_warmups and requests:
-        warm = [requests[i % len(requests)] for i in range(num_warmups)]
+        warm = _warmups(requests, num_warmups)
         wrecs, t_warm_end, n = _run(cluster, warm, [0.0] * len(warm), max_concurrency, on_step, 0.0)
         for r in wrecs:
             r.warmup = True
@@ -192,3 +192,20 @@ def _run(cluster: Cluster, requests: Sequence[OfflineRequest], intended_s: Seque
             else:
                 slot_queue.append((arg, now))
     return [f.rec for f in flights if f is not None], t_last, steps
+
+
+# Above every vocabulary and away from the negative padding ids of `sim.setup`.
+_WARMUP_FIRST_ID = 1 << 40
+
+
+def _warmups(requests: Sequence[OfflineRequest], n: int) -> list[OfflineRequest]:
+    """Warm-ups as the HTTP client sends them (`servelab.workload.warmup`): the first
+    requests, cycled, with a first token of their own so that no prompt block they cache
+    is a block of a measured request."""
+    out = []
+    for i in range(n):
+        r = requests[i % len(requests)]
+        ids = (_WARMUP_FIRST_ID + i, *r.prompt_token_ids[1:]) if r.prompt_token_ids else ()
+        out.append(replace(r, prompt_token_ids=ids))
+    return out
+
