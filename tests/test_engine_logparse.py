@@ -20,6 +20,7 @@ def test_vllm_0_25_1_h200_bf16_defaults() -> None:
     assert info.engine == "vllm"
     assert info.version == "0.25.1"
     assert info.max_model_len == 40960
+    assert info.max_num_batched_tokens == 8192  # "Chunked prefill is enabled with ..."
     assert info.model_loading_gib == 27.52
     assert info.model_loading_s == 2.247763
     assert info.available_kv_gib == 99.27

@@ -121,3 +121,12 @@ def test_markdown_holds_every_section(exp_dir: Path) -> None:
     for title in ("### chat: arms x loads", "### chat: ratios vs baseline base",
                   "### memory budget per arm", "### SLO (p99", "## Diagnosis"):
         assert title in md
+
+
+def test_diagnosis_skips_a_heavier_load_whose_every_request_failed(exp_dir: Path) -> None:
+    # c32 of the tight arm: all 4 requests refused (longer than its max_model_len).
+    dead = _cell("tight", "c32", 32, 0.0, 0.0, 0.0, 0.0, 0.3, 0, 0, 0.0, failed=4)
+    path = exp_dir / "cells" / "tight" / "chat" / "c32.json"
+    path.write_text(json.dumps(dead))
+    tight = {d.arm: d for d in diagnose_arms(load_experiment(exp_dir))}["tight"]
+    assert tight.lines[0].startswith("chat at c10: max_num_seqs 8 is below")

@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 import aiohttp
 import numpy as np
 import typer
-from rich.console import Console
+from servelab.cli.output import make_console
 
 from servelab.cli.flags import load_flags, workload_flags
 from servelab.client.backends import get_backend
@@ -202,7 +202,7 @@ def bench(
         raise ServelabError(f"--num-client-processes {num_client_processes}: must be >= 1")
     target = _target(base_url, host, port, endpoint, backend, served_model_name or model or "",
                      ignore_eos, request_timeout_s, api_key)
-    err = Console(stderr=True)
+    err = make_console(stderr=True)
     tok = load_tokenizer(dataset.tokenizer)
     work = build_workload(dataset, tok, seed)
     for note in work.notes:
@@ -233,7 +233,7 @@ def bench(
         path = _result_path(result_dir, result_filename, run)
         write_result(path, data, append_result)
         err.print(f"result written to {path}", highlight=False)
-    out = Console(stderr=json_out)
+    out = make_console(stderr=json_out)
     out.print(summary_table(result, "servelab bench" + (" (partial)" if sent.interrupted else "")))
     for line in warnings_for(result):
         out.print(f"[bold yellow]warning:[/] {line}", highlight=False)

@@ -8,6 +8,8 @@ from typing import Optional
 
 import typer
 from rich.console import Console
+
+from servelab.cli.output import make_console
 from rich.table import Table
 
 from servelab.cli.flags import workload_flags
@@ -87,7 +89,7 @@ def inspect_command(
     if as_json:
         typer.echo(json.dumps(summary.to_json(), indent=2))
         return
-    console = Console()
+    console = make_console()
     _render(console, summary, workload, _BINS)
     if save_samples_to is not None:
         console.print(f"samples: {save_samples_to}")

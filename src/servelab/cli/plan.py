@@ -11,6 +11,8 @@ from typing import Any, NoReturn, Optional
 import typer
 from pydantic import ValidationError
 from rich.console import Console
+
+from servelab.cli.output import make_console
 from rich.table import Table
 
 from servelab.errors import ServelabError
@@ -188,7 +190,7 @@ def plan_command(
     if json_out:
         typer.echo(json.dumps(out, indent=2, default=float))
     else:
-        _render(out, Console())
+        _render(out, make_console())
 
 
 def register(app: typer.Typer) -> None:

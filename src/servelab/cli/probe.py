@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import typer
 from rich.console import Console
+
+from servelab.cli.output import make_console
 from rich.table import Table
 
 from servelab.hardware.probe import ProbeResult, probe
@@ -57,7 +59,7 @@ def probe_command(
     if json_out:
         typer.echo(result.model_dump_json(indent=2))
     else:
-        _render(result, Console())
+        _render(result, make_console())
 
 
 def register(app: typer.Typer) -> None:

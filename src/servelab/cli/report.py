@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from rich.console import Console
+from servelab.cli.output import make_console
 from rich.markdown import Markdown
 
 
@@ -17,10 +17,10 @@ def print_report(root: Path) -> None:
     report = build_report(root)
     paths = write_report(root, report)
     # Wide enough that no figure is cut to "…" (a narrow terminal wraps the lines instead).
-    console = Console(width=max(Console().width, 160))
+    console = make_console()
     console.print(Markdown(report.to_markdown(with_plots=False)))
     html = next(p for p in paths if p.name == "report.html")
-    Console(stderr=True).print(f"report written to {html} ({len(report.plots)} plots)", highlight=False)
+    make_console(stderr=True).print(f"report written to {html} ({len(report.plots)} plots)", highlight=False)
 
 
 def report_cmd(

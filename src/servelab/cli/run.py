@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.console import Console
+from servelab.cli.output import make_console
 
 
 def run_cmd(
@@ -21,7 +21,7 @@ def run_cmd(
 
     spec = load_spec(spec_file)
     root = out or spec.output_dir or Path("runs") / spec.name
-    err = Console(stderr=True)
+    err = make_console(stderr=True)
     err.print(f"experiment {spec.name}: {len(spec.arms)} arms x {len(spec.workloads)} workloads "
               f"-> {root}", highlight=False)
     run_experiment(spec, root, force=force, spec_path=spec_file,

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 import typer
-from rich.console import Console
+from servelab.cli.output import make_console
 
 from servelab.cli.flags import load_flags, workload_flags
 from servelab.errors import ServelabError
@@ -135,7 +135,7 @@ def run_cmd(
     out = run_offline(opts, dataset, seed, arrivals, max_concurrency, num_warmups,
                       summary_opts, trace_path=trace, date=date, label=label, metadata=meta)
     data = out.result.to_json_dict(detailed=save_detailed)
-    err = Console(stderr=True)
+    err = make_console(stderr=True)
     for note in out.notes:
         err.print(f"[yellow]note:[/] {note}", highlight=False)
     if save_result or append_result or result_filename or result_dir:
@@ -144,7 +144,7 @@ def run_cmd(
         path = (result_dir or Path(".")) / name
         write_result(path, data, append_result)
         err.print(f"result written to {path}", highlight=False)
-    console = Console(stderr=as_json)
+    console = make_console(stderr=as_json)
     for line in memory_lines(out.memory, out.max_model_len, opts.replicas):
         console.print(line, highlight=False)
     console.print(summary_table(out.result, "servelab sim run (simulated)"))
@@ -195,7 +195,7 @@ def calibrate_cmd(
     if max_evals < 1:
         raise ServelabError(f"--max-evals {max_evals}: must be >= 1")
     targets = load_targets(results, dataset, seed, arrivals, max_concurrency, num_warmups)
-    console = Console()
+    console = make_console()
     fit = calibrate(opts, targets, max_evals=max_evals,
                     progress=lambda msg: console.print(msg, highlight=False))
     fit.calibration.save(out)

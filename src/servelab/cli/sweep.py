@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.console import Console
+from servelab.cli.output import make_console
 
 from servelab.cli.flags import workload_flags
 from servelab.errors import ServelabError
@@ -119,7 +119,7 @@ def sweep_cmd(
     hi = max_level if max_level is not None else (1024.0 if mode == "concurrency" else 100.0)
     axis = LevelAxis(mode, min_level, hi, growth, rate_resolution)  # type: ignore[arg-type]
     slo_obj = parse_slo(list(slo), slo_percentile) if slo else None
-    err = Console(stderr=True)
+    err = make_console(stderr=True)
     if spec is not None:
         dataset, spec_obj = spec_dataset(spec, workload)
         if slo_obj is None and spec_obj.slo is not None:  # type: ignore[attr-defined]
@@ -155,7 +155,7 @@ def sweep_cmd(
     if out is not None:
         write_json_atomic(out / "sweep.json", summary)
         sweep_plot(outcome, out / "sweep.png")
-    console = Console(stderr=as_json)
+    console = make_console(stderr=as_json)
     console.print(sweep_table(outcome))
     for line in summary_lines(outcome):
         console.print(line, highlight=False, markup=False)

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 import typer
-from rich.console import Console
+from servelab.cli.output import make_console
 from rich.table import Table
 
 from servelab.cli.flags import workload_flags
@@ -107,7 +107,7 @@ def tune_cmd(
                 "slo": dict(slo_obj.limits_ms), "percentile": slo_obj.percentile,
                 "objective": objective, "levels": [min_level, max_level],
                 "prompts": [prompts_per_concurrency, min_prompts, max_prompts], "repetitions": repetitions})
-    err = Console(stderr=True)
+    err = make_console(stderr=True)
     err.print(f"tuning {', '.join(space.names)} over a grid of {space.size} under {slo_obj.describe()} "
               f"(budget {cfg.budget if not grid else space.size} trials, seed {seed})", highlight=False)
     res = tune(cfg, opener, store, defaults, echo=lambda l: err.print(l, highlight=False, markup=False), grid=grid)
@@ -128,7 +128,7 @@ def tune_cmd(
     from servelab.sweep.report import write_json_atomic
 
     write_json_atomic(out / "tune.json", summary)
-    console = Console(stderr=as_json)
+    console = make_console(stderr=as_json)
     table = Table(title=f"tune: trials by {objective} at the SLO capacity")
     for col in ("configuration", "status", objective, "capacity", "out tok/s"):
         table.add_column(col, justify="right")

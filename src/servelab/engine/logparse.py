@@ -59,6 +59,7 @@ class StartupInfo(BaseModel):
     engine: Literal["vllm", "sglang"] | None = None
     version: str | None = None
     max_model_len: int | None = None
+    max_num_batched_tokens: int | None = None
     model_loading_gib: float | None = None
     model_loading_s: float | None = None
     total_gpu_memory_gib: float | None = None
@@ -174,6 +175,8 @@ _RULES: tuple[tuple[re.Pattern[str], Handler], ...] = tuple(
         (r"Initializing an? (?:V1 )?LLM engine \(v(?P<v>[^)\s]+)\)", _vllm_version),
         (r"vLLM API server version (?P<v>\d[\w.+\-]*)", _vllm_version),
         (r"Using max model len (\d+)", _one("max_model_len", _i, "vllm")),
+        (r"Chunked prefill is enabled with max_num_batched_tokens=(\d+)",
+         _one("max_num_batched_tokens", _i, "vllm")),
         # "Model loading took 27.52 GiB and 2.25 seconds" (V1; "GB" before ~0.9, and
         # "GiB memory" in some releases); "Loading model weights took 14.9888 GB" (V0).
         (

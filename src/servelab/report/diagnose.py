@@ -37,7 +37,9 @@ def _max_num_seqs(data: ExperimentData, arm: str) -> int | None:
 
 
 def _heaviest(data: ExperimentData, arm: str, workload: str) -> CellFigures | None:
-    cells = [c for c in data.cells if c.arm == arm and c.workload == workload]
+    """The arm's heaviest load on `workload` that completed a request: a cell whose every
+    request was refused (e.g. longer than max_model_len) has no figures to diagnose."""
+    cells = [c for c in data.cells if c.arm == arm and c.workload == workload and c.completed]
     return max(cells, key=lambda c: c.x_value) if cells else None
 
 
