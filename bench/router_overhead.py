@@ -9,8 +9,16 @@ at each concurrency, drives the same closed-loop streaming load directly at the 
   router CPU   the router process's user+system CPU time (from /proc) per relayed token (us)
 
 Targets (issue 6): < 2 ms added mean TTFT, < 1 % throughput loss, <= 25 us per token.
-The client is a minimal aiohttp loop in this process; all processes share this machine's
-cores, so run it on an otherwise idle machine.
+
+Noise: with two or more cores, the router is pinned to one core and the client (this
+process, using servelab's own lean client) and the backends to another, so the router
+competes with nothing of the benchmark's. Before each concurrency a short warm-up opens
+every connection (the client's and the router's upstream ones), and the streams' starts
+are spread over one stream's length, so the runs measure a steady state rather than waves
+of `concurrency` requests arriving at once (`--burst` measures those: each arrival then
+also waits for the router's per-request work on the ones ahead of it). Each figure is measured
+`--repeats` times (each routed run right after a direct one) and the median is printed.
+Other work on the machine still shows; run it on an otherwise idle machine.
 
     python bench/router_overhead.py --concurrency 32 256 --duration-s 15 --out result.json
 """
@@ -28,14 +36,17 @@ import tempfile
 import time
 from pathlib import Path
 
-import aiohttp
+from servelab.client.connection import ConnectionPool, Exchange, StreamBroken
 
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
-def start(args: list[str]) -> tuple[subprocess.Popen, str]:
+def start(args: list[str], cores: set[int] | None) -> tuple[subprocess.Popen, str]:
+    """Start a server subprocess (pinned to `cores` when given); return it and its URL."""
     log = tempfile.NamedTemporaryFile("w+", suffix=".log", delete=False)
     p = subprocess.Popen([sys.executable, "-u", *args], stdout=log, stderr=subprocess.STDOUT)
+    if cores is not None:
+        os.sched_setaffinity(p.pid, cores)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         text = Path(log.name).read_text()
@@ -54,40 +65,57 @@ def cpu_s(pid: int) -> tuple[float, float]:
     return int(fields[11]) / TICKS, int(fields[12]) / TICKS
 
 
-async def drive(urls: list[str], concurrency: int, duration_s: float, max_tokens: int) -> dict:
-    """Closed loop: each worker sends streams back to back until `duration_s` has passed."""
+async def drive(urls: list[str], concurrency: int, duration_s: float, max_tokens: int,
+                stagger_s: float = 0.0) -> dict:
+    """Closed loop: each worker sends streams back to back until `duration_s` has passed;
+    worker k starts `k / concurrency x stagger_s` after t0.
+
+    The client is servelab's own (`servelab.client.connection`: keep-alive connections
+    opened before t0, arrival times stamped in `data_received`, tokens counted by the one
+    SSE parser and tally), so its CPU per token is small next to what it measures.
+    """
+    clock = time.perf_counter
+    pools = [ConnectionPool(u, clock) for u in urls]
+    body = json.dumps({"prompt": "hello router", "max_tokens": max_tokens, "stream": True})
+    reqs = [p.encode("/v1/completions", {"Content-Type": "application/json"}, body.encode())
+            for p in pools]
+    for i, p in enumerate(pools):
+        n = len(range(i, concurrency, len(pools)))
+        await p.preopen(n, p.encode_get("/health", {}))
+    loop = asyncio.get_running_loop()
     ttfts: list[float] = []
     tokens = 0
     failures = 0
-    body = json.dumps({"prompt": "hello router", "max_tokens": max_tokens, "stream": True})
-    conn = aiohttp.TCPConnector(limit=concurrency, limit_per_host=0)
-    async with aiohttp.ClientSession(connector=conn, timeout=aiohttp.ClientTimeout(total=600)) as s:
-        warm = [s.get(urls[i % len(urls)] + "/health") for i in range(concurrency)]
-        for r in await asyncio.gather(*warm):
-            r.release()
-        t0 = time.perf_counter()
-        stop_at = t0 + duration_s
+    t0 = clock()
+    stop_at = t0 + duration_s
 
-        async def worker(url: str) -> None:
-            nonlocal tokens, failures
-            while time.perf_counter() < stop_at:
-                t_send = time.perf_counter()
-                first = None
-                n = 0
-                async with s.post(url + "/v1/completions", data=body,
-                                  headers={"Content-Type": "application/json"}) as r:
-                    async for chunk in r.content.iter_any():
-                        if first is None:
-                            first = time.perf_counter()
-                        n += chunk.count(b'"text"')
-                if r.status != 200 or first is None:
-                    failures += 1
-                    continue
-                ttfts.append((first - t_send) * 1000.0)
-                tokens += n
+    async def worker(k: int) -> None:
+        nonlocal tokens, failures
+        pool, req = pools[k % len(pools)], reqs[k % len(pools)]
+        await asyncio.sleep(k / concurrency * stagger_s)
+        while clock() < stop_at:
+            conn = pool.take_idle() or await pool.open()
+            ex = Exchange(loop.create_future())
+            t_send = clock()
+            conn.start(req, ex)
+            try:
+                await ex.future
+            except StreamBroken:
+                failures += 1
+                continue
+            if ex.status != 200 or not ex.tally.done or not ex.tally.has_tokens:
+                failures += 1
+                continue
+            n, ttft_ms, _, _ = ex.tally.timeline(t_send)
+            ttfts.append(ttft_ms)
+            tokens += n
 
-        await asyncio.gather(*(worker(urls[i % len(urls)]) for i in range(concurrency)))
-        elapsed = time.perf_counter() - t0
+    try:
+        await asyncio.gather(*(worker(k) for k in range(concurrency)))
+    finally:
+        for p in pools:
+            p.close()
+    elapsed = clock() - t0
     ttfts.sort()
     return {
         "requests": len(ttfts), "failures": failures, "tokens": tokens,
@@ -98,52 +126,103 @@ async def drive(urls: list[str], concurrency: int, duration_s: float, max_tokens
     }
 
 
+def measure(direct: dict, routed: dict, cpu0: tuple[float, float], cpu1: tuple[float, float]
+            ) -> dict:
+    """One repeat's figures: routed against the direct run just before it."""
+    per_token = 1e6 / max(1, routed["tokens"])
+    return {
+        "direct": direct, "routed": routed,
+        "throughput_ratio": routed["tok_per_s"] / direct["tok_per_s"],
+        "added_ttft_mean_ms": routed["ttft_mean_ms"] - direct["ttft_mean_ms"],
+        "added_ttft_p50_ms": routed["ttft_p50_ms"] - direct["ttft_p50_ms"],
+        "added_ttft_p99_ms": routed["ttft_p99_ms"] - direct["ttft_p99_ms"],
+        "router_cpu_us_per_token": (sum(cpu1) - sum(cpu0)) * per_token,
+        "router_sys_us_per_token": (cpu1[1] - cpu0[1]) * per_token,
+        "failures": direct["failures"] + routed["failures"],
+    }
+
+
+FIGURES = ("throughput_ratio", "added_ttft_mean_ms", "added_ttft_p50_ms", "added_ttft_p99_ms",
+           "router_cpu_us_per_token", "router_sys_us_per_token")
+
+
+def median_row(repeats: list[dict]) -> dict:
+    row = {k: statistics.median(r[k] for r in repeats) for k in FIGURES}
+    row["direct_tok_per_s"] = statistics.median(r["direct"]["tok_per_s"] for r in repeats)
+    row["routed_tok_per_s"] = statistics.median(r["routed"]["tok_per_s"] for r in repeats)
+    row["failures"] = sum(r["failures"] for r in repeats)
+    return row
+
+
+def pin_plan() -> tuple[set[int] | None, set[int] | None]:
+    """(cores for the client and backends, cores for the router), or (None, None) when
+    there are fewer than two cores to split."""
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2:
+        return None, None
+    return {cores[0]}, {cores[1]}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--concurrency", type=int, nargs="+", default=[32, 256])
     ap.add_argument("--duration-s", type=float, default=15.0)
+    ap.add_argument("--repeats", type=int, default=3, help="runs per figure; the median is shown")
     ap.add_argument("--ttft-ms", type=float, default=50.0)
     ap.add_argument("--itl-ms", type=float, default=20.0)
     ap.add_argument("--max-tokens", type=int, default=128)
+    ap.add_argument("--burst", action="store_true",
+                    help="start all streams at once (waves of arrivals) instead of spread")
     ap.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
     a = ap.parse_args()
+    if a.repeats < 1:
+        ap.error("--repeats must be >= 1")
+    client_cores, router_cores = pin_plan()
+    if client_cores is not None:
+        os.sched_setaffinity(0, client_cores)
+        print(f"pinned: client and backends on cores {sorted(client_cores)}, router on "
+              f"{sorted(router_cores)}")
+    else:
+        print("one core only: nothing pinned")
     procs = []
     try:
         backends = []
         for _ in range(2):
             p, url = start(["-m", "servelab.testing.token_server", "--port", "0",
-                            "--ttft-ms", str(a.ttft_ms), "--itl-ms", str(a.itl_ms)])
+                            "--ttft-ms", str(a.ttft_ms), "--itl-ms", str(a.itl_ms)], client_cores)
             procs.append(p)
             backends.append(url)
         rargs = ["-m", "servelab.router", "--port", "0", "--policy", "round_robin"]
         for b in backends:
             rargs += ["--backend", b]
-        rp, router_url = start(rargs)
+        rp, router_url = start(rargs, router_cores)
         procs.append(rp)
         results = []
         print(f"{'conc':>5} {'direct tok/s':>12} {'routed tok/s':>12} {'ratio':>6} "
-              f"{'+TTFT mean':>10} {'+p50':>7} {'+p99':>7} {'us/token':>8} {'(sys)':>6}  failures")
+              f"{'+TTFT mean':>10} {'+p50':>7} {'+p99':>7} {'us/token':>8} {'(sys)':>6}  "
+              f"failures   (median of {a.repeats})")
         for c in a.concurrency:
-            direct = asyncio.run(drive(backends, c, a.duration_s, a.max_tokens))
-            cpu0 = cpu_s(rp.pid)
-            routed = asyncio.run(drive([router_url], c, a.duration_s, a.max_tokens))
-            cpu1 = cpu_s(rp.pid)
-            row = {
-                "concurrency": c, "direct": direct, "routed": routed,
-                "throughput_ratio": routed["tok_per_s"] / direct["tok_per_s"],
-                "added_ttft_mean_ms": routed["ttft_mean_ms"] - direct["ttft_mean_ms"],
-                "added_ttft_p50_ms": routed["ttft_p50_ms"] - direct["ttft_p50_ms"],
-                "added_ttft_p99_ms": routed["ttft_p99_ms"] - direct["ttft_p99_ms"],
-                "router_cpu_us_per_token": (sum(cpu1) - sum(cpu0)) * 1e6 / max(1, routed["tokens"]),
-                "router_sys_us_per_token": (cpu1[1] - cpu0[1]) * 1e6 / max(1, routed["tokens"]),
-            }
-            results.append(row)
-            print(f"{c:>5} {direct['tok_per_s']:>12.0f} {routed['tok_per_s']:>12.0f} "
-                  f"{row['throughput_ratio']:>6.3f} {row['added_ttft_mean_ms']:>10.2f} "
-                  f"{row['added_ttft_p50_ms']:>7.2f} {row['added_ttft_p99_ms']:>7.2f} "
-                  f"{row['router_cpu_us_per_token']:>8.1f} {row['router_sys_us_per_token']:>6.1f}  "
-                  f"{direct['failures']}/{routed['failures']}", flush=True)
-            if a.out is not None:  # atomically, after each row
+            # Warm-up: connections (client's and the router's upstream ones) and first-call
+            # code, so every repeat measures the steady state.
+            asyncio.run(drive(backends, c, 0.2, 4))
+            asyncio.run(drive([router_url], c, 0.2, 4))
+            repeats: list[dict] = []
+            # Starts spread over one stream's length: a steady state, not waves of
+            # `concurrency` requests arriving together (see --burst).
+            stagger_s = 0.0 if a.burst else (a.ttft_ms + (a.max_tokens - 1) * a.itl_ms) / 1000
+            for _ in range(a.repeats):  # each routed run right after a direct one
+                direct = asyncio.run(drive(backends, c, a.duration_s, a.max_tokens, stagger_s))
+                cpu0 = cpu_s(rp.pid)
+                routed = asyncio.run(drive([router_url], c, a.duration_s, a.max_tokens, stagger_s))
+                repeats.append(measure(direct, routed, cpu0, cpu_s(rp.pid)))
+            row = median_row(repeats)
+            results.append({"concurrency": c, **row, "repeats": repeats})
+            print(f"{c:>5} {row['direct_tok_per_s']:>12.0f} "
+                  f"{row['routed_tok_per_s']:>12.0f} {row['throughput_ratio']:>6.3f} "
+                  f"{row['added_ttft_mean_ms']:>10.2f} {row['added_ttft_p50_ms']:>7.2f} "
+                  f"{row['added_ttft_p99_ms']:>7.2f} {row['router_cpu_us_per_token']:>8.1f} "
+                  f"{row['router_sys_us_per_token']:>6.1f}  {row['failures']}", flush=True)
+            if a.out is not None:  # atomically, after each concurrency
                 tmp = a.out.with_suffix(a.out.suffix + ".tmp")
                 tmp.write_text(json.dumps({"args": vars(a) | {"out": str(a.out)},
                                            "results": results}, indent=2))

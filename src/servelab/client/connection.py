@@ -8,6 +8,9 @@ time first, de-chunks the body, feeds the one SSE parser and the tally, and wake
 request's coroutine once, at the end of the answer. Requests are encoded to bytes before
 the run, so sending is one `transport.write`.
 
+The router relays its backends' answers over the same connections (`servelab.router.
+upstream`): the answer goes to an `AnswerSink`, the client's `Exchange` or the router's own.
+
 Scope: one target (host, port, optional TLS), `POST` with a JSON body, responses with
 `Transfer-Encoding: chunked`, `Content-Length`, or ending at close. No redirects, no
 proxies, no 1xx, no compression (the request does not ask for it).
@@ -19,6 +22,7 @@ import asyncio
 import socket
 import ssl as ssl_module
 from collections.abc import Callable
+from typing import Protocol
 from urllib.parse import urlsplit
 
 from servelab.client.sse import SSEParser
@@ -41,6 +45,23 @@ class StreamBroken(Exception):
         self.retryable = retryable
 
 
+class AnswerSink(Protocol):
+    """Where `HttpConnection` puts one answer: the head once, then the body de-chunked,
+    piece by piece, as it arrives (`t`: arrival time on the pool's clock, seconds). Called
+    from `data_received`, so implementations must not block. `Exchange` (the client's) and
+    the router's relay implement it."""
+
+    got_bytes: bool
+
+    def head(self, status: int, header_lines: list[bytes]) -> None: ...
+
+    def deliver(self, data: bytes, t: float) -> None: ...
+
+    def finish(self, t: float) -> None: ...
+
+    def fail(self, exc: BaseException) -> None: ...
+
+
 class Exchange:
     """One request's answer as it arrives: status, SSE tally, error body, completion."""
 
@@ -53,6 +74,9 @@ class Exchange:
         self.parser = SSEParser()
         self.error_body = bytearray()
         self.got_bytes = False
+
+    def head(self, status: int, header_lines: list[bytes]) -> None:
+        self.status = status
 
     def deliver(self, data: bytes, t: float) -> None:
         if self.status == 200:
@@ -81,7 +105,7 @@ class HttpConnection(asyncio.Protocol):
         self._pool = pool
         self._clock = pool.clock
         self.transport: asyncio.Transport | None = None
-        self._ex: Exchange | None = None
+        self._ex: AnswerSink | None = None
         self._buf = b""
         self._in_head = True
         self._chunked = False
@@ -140,10 +164,10 @@ class HttpConnection(asyncio.Protocol):
                 self._complete(ex, t)
 
     # framing
-    def _head(self, head: bytes, ex: Exchange) -> None:
+    def _head(self, head: bytes, ex: AnswerSink) -> None:
         lines = head.split(b"\r\n")
         parts = lines[0].split(b" ", 2)
-        ex.status = int(parts[1])
+        ex.head(int(parts[1]), lines[1:])
         self._in_head = False
         self._chunked = False
         self._left = -3
@@ -161,7 +185,7 @@ class HttpConnection(asyncio.Protocol):
         if not self._chunked and self._left == -3:
             self._keep_alive = False
 
-    def _dechunk(self, data: bytes, ex: Exchange, t: float) -> None:
+    def _dechunk(self, data: bytes, ex: AnswerSink, t: float) -> None:
         buf = self._buf + data if self._buf else data
         pos = 0
         n = len(buf)
@@ -198,7 +222,7 @@ class HttpConnection(asyncio.Protocol):
         self._buf = buf[pos:] if pos < n else b""
         self._left = left
 
-    def _complete(self, ex: Exchange, t: float) -> None:
+    def _complete(self, ex: AnswerSink, t: float) -> None:
         self._ex = None
         ex.finish(t)
         if self._keep_alive and not self.closed:
@@ -207,7 +231,7 @@ class HttpConnection(asyncio.Protocol):
             self.transport.close()
 
     # used by the pool and the sender
-    def start(self, request: bytes, ex: Exchange) -> None:
+    def start(self, request: bytes, ex: AnswerSink) -> None:
         """Send one request (already encoded) and route its answer into `ex`."""
         self._ex = ex
         self._buf = b""
@@ -216,7 +240,9 @@ class HttpConnection(asyncio.Protocol):
         self.transport.write(request)
 
     def abort(self) -> None:
+        """Drop the connection now; it is never reused (even from inside `deliver`)."""
         self._ex = None
+        self.closed = True
         if self.transport is not None:
             self.transport.abort()
 

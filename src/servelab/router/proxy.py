@@ -1,8 +1,9 @@
 """The router's HTTP face: an aiohttp application speaking the OpenAI API.
 
-`Router` owns the proxy's state (policy, backend pool, metrics, retry budget, session)
-and the handlers that refuse bad requests (401, 400, 413, 503) before `relay.forward`
-sends the good ones on.
+`Router` owns the proxy's state (policy, backend pool, metrics, retry budget, the
+relay's upstream connection pools, the aiohttp session for health checks and
+`/v1/models`) and the handlers that refuse bad requests (401, 400, 413, 503) before
+`relay.forward` sends the good ones on.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections.abc import Callable
 import aiohttp
 from aiohttp import web
 
+from servelab.client.connection import ConnectionPool
 from servelab.router.config import RouterConfig
 from servelab.router.health import HealthMonitor
 from servelab.router.intake import BadRequest, parse_body
@@ -43,7 +45,9 @@ class Router:
                                   config.retry_budget_window_s)
         key = config.resolved_api_key()
         self.api_key: bytes | None = key.encode() if key else None
-        self.session: aiohttp.ClientSession | None = None
+        self.session: aiohttp.ClientSession | None = None  # health checks, /v1/models
+        # the relay's keep-alive connections, one pool per backend (index as in `pool`)
+        self.upstreams = [ConnectionPool(url, clock) for url in config.backends]
         self.monitor: HealthMonitor | None = None
         self.active = 0
         self.draining = False
@@ -86,6 +90,8 @@ class Router:
             await asyncio.gather(self._monitor_task, return_exceptions=True)
         if self.session is not None:
             await self.session.close()
+        for upstream in self.upstreams:
+            upstream.close()
 
     async def drained(self) -> None:
         """Stop taking requests and return when none is in flight."""

@@ -5,7 +5,9 @@ A response is committed to the client only when the backend's first body chunk i
 hand, so connect errors, 5xx, 429 and streams that die before their first byte are
 retried on another backend (within `max_retries` and the retry budget); once a byte has
 been sent the stream is never replayed, and a backend failure ends it with an SSE error
-event (no `[DONE]`). Chunks are written as received: no parsing, no re-serialising.
+event (no `[DONE]`). After the first piece, the answer relays itself from the upstream
+socket callback (`upstream.UpstreamAnswer`): bytes as received, no parsing, no
+re-serialising; this coroutine only waits for the end, a failure or a slow client.
 """
 
 from __future__ import annotations
@@ -18,11 +20,13 @@ from typing import TYPE_CHECKING
 
 import aiohttp
 from aiohttp import web
+from aiohttp.abc import AbstractStreamWriter
 
 from servelab.router.intake import Intake
 from servelab.router.pool import BackendState
 from servelab.router.records import NoHealthyReplicaError, RouteDecision
 from servelab.router.retry import backoff_s
+from servelab.router.upstream import UpstreamAnswer, send
 
 if TYPE_CHECKING:
     from servelab.router.proxy import Router
@@ -31,7 +35,7 @@ log = logging.getLogger("servelab.router")
 
 _HOP = frozenset({
     "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
-    "trailers", "transfer-encoding", "upgrade", "host", "content-length",
+    "trailers", "transfer-encoding", "upgrade", "host", "content-length", "expect",
 })
 _NOT_RELAYED = _HOP | {"date", "server"}
 
@@ -116,62 +120,88 @@ async def forward(
         await asyncio.sleep(backoff_s(attempt, cfg.retry_backoff_ms, rt.rng))
 
 
-def _relayed(resp: aiohttp.ClientResponse) -> dict[str, str]:
-    return {k: v for k, v in resp.headers.items() if k.lower() not in _NOT_RELAYED}
+def _head_fields(lines: list[bytes]) -> tuple[dict[str, str], str]:
+    """The relayed headers of an upstream answer, and its content type (no parameters)."""
+    headers: dict[str, str] = {}
+    content_type = "application/octet-stream"
+    for line in lines:
+        name, _, value = line.decode("latin-1").partition(":")
+        name, value = name.strip(), value.strip()
+        low = name.lower()
+        if low == "content-type":
+            content_type = value.split(";", 1)[0].strip() or content_type
+        if low not in _NOT_RELAYED:
+            headers[name] = value
+    return headers, content_type
 
 
 async def _attempt(
     rt: Router, request: web.Request, b: BackendState, decision: RouteDecision, path: str,
     body: bytes, headers: dict[str, str], intake: Intake, t_arrival: float,
 ) -> web.StreamResponse | Failure:
+    cfg = rt.config
+    pool = rt.upstreams[b.index]
     b.in_flight += 1
     rt.metrics.in_flight_changed(b.index, b.in_flight)
     t_send = rt.clock()
     ttft_ms = itl_ms = None
     ok = False
+    answer: UpstreamAnswer | None = None
     try:
         try:
-            resp = await rt.session.post(b.url + path, data=body, headers=headers)
+            answer = await send(pool, pool.encode(path, headers, body), intake.stream,
+                                cfg.connect_timeout_s, cfg.request_timeout_s)
         except asyncio.TimeoutError:
-            return _failed(rt, b, Failure("timeout", f"{b.url}: no answer in time"))
-        except (aiohttp.ClientError, OSError) as exc:
+            return _failed(rt, b, Failure("timeout", f"{b.url}: no connection in time"))
+        except OSError as exc:
             return _failed(rt, b, Failure("connect", f"{b.url}: {type(exc).__name__}"))
-        try:
-            status = resp.status
-            rt.metrics.requests.labels(b.url, str(status)).inc()
+        if answer.status:
+            rt.metrics.requests.labels(b.url, str(answer.status)).inc()
+        if not answer.sse:  # relayed whole: an error, a JSON answer, a non-stream
+            while not answer.settled():
+                await answer.wait()
+        if answer.error is not None:
+            return _failed(rt, b, _broken(b, answer))
+        if not answer.sse:
+            status = answer.status
+            relayed, content_type = _head_fields(answer.header_lines)
+            data = bytes(answer.body)
             if status >= 500 or status == 429:
-                data = await resp.read()
                 kind = "http_429" if status == 429 else "http_5xx"
                 return _failed(rt, b, Failure(kind, f"{b.url}: HTTP {status}", status, data,
-                                              resp.content_type))
-            if not intake.stream or resp.content_type != "text/event-stream" or status != 200:
-                data = await resp.read()
-                out = web.Response(body=data, status=status, headers=_relayed(resp))
-                ok = True
-                rt.pool.record_ok(b.index)
-                ttft_ms = (rt.clock() - t_send) * 1000.0
-                return out
-            try:
-                first = await resp.content.readany()
-            except asyncio.TimeoutError:
-                return _failed(rt, b, Failure("timeout", f"{b.url}: no first token in time"))
-            except (aiohttp.ClientError, OSError) as exc:
-                return _failed(rt, b, Failure("stream_broken", f"{b.url}: {type(exc).__name__}"))
-            if not first:
-                return _failed(rt, b, Failure("stream_broken", f"{b.url}: empty stream"))
-            t_first = rt.clock()
-            ttft_ms = (t_first - t_send) * 1000.0
-            client = web.StreamResponse(status=status, headers=_relayed(resp))
-            await client.prepare(request)
-            await client.write(first)
-            rt.metrics.added_latency.observe(max(0.0, (rt.clock() - t_arrival) - (t_first - t_send)))
-            ok, chunks = await _relay_rest(rt, b, resp, client, first)
-            if chunks > 1:
-                itl_ms = (rt.clock() - t_first) * 1000.0 / (chunks - 1)
+                                              content_type))
+            ok = True
+            rt.pool.record_ok(b.index)
+            ttft_ms = (rt.clock() - t_send) * 1000.0
+            return web.Response(body=data, status=status, headers=relayed)
+        if not answer.body:  # ended without a body byte
+            return _failed(rt, b, Failure("stream_broken", f"{b.url}: empty stream"))
+        t_first = rt.clock()
+        ttft_ms = (t_first - t_send) * 1000.0
+        client = web.StreamResponse(status=answer.status,
+                                    headers=_head_fields(answer.header_lines)[0])
+        writer = await client.prepare(request)
+        first = bytes(answer.body)
+        answer.body.clear()
+        try:
+            await client.write(first)  # the head and the first piece in one write
+        except (ConnectionError, RuntimeError):
+            answer.client_gone()
             return client
-        finally:
-            resp.release()
+        assert request.transport is not None
+        answer.last = first
+        chunked = client.headers.get("Transfer-Encoding", "").lower() == "chunked"
+        answer.commit(request.transport, chunked)
+        rt.metrics.added_latency.observe(max(0.0, (rt.clock() - t_arrival) - (t_first - t_send)))
+        ok = await _relay_rest(rt, b, answer, client, writer)
+        if answer.pieces:
+            itl_ms = (rt.clock() - t_first) * 1000.0 / answer.pieces
+        return client
     finally:
+        if answer is not None:
+            answer.disarm()
+            if not answer.ended:
+                answer.drop()
         b.in_flight -= 1
         rt.metrics.in_flight_changed(b.index, b.in_flight)
         if ok and ttft_ms is not None:
@@ -181,36 +211,50 @@ async def _attempt(
         rt.policy.on_finished(b.index, intake.route, ttft_ms, itl_ms, ok, rt.clock())
 
 
+def _broken(b: BackendState, answer: UpstreamAnswer) -> Failure:
+    """The Failure of an answer that failed before anything reached the client."""
+    err = answer.error
+    if isinstance(err, asyncio.TimeoutError):
+        return Failure("timeout", f"{b.url}: no answer in time")
+    kind = "connect" if answer.status == 0 else "stream_broken"
+    return Failure(kind, f"{b.url}: {type(err).__name__}")
+
+
 async def _relay_rest(
-    rt: Router, b: BackendState, resp: aiohttp.ClientResponse, client: web.StreamResponse,
-    first: bytes,
-) -> tuple[bool, int]:
-    """Copy the rest of the stream; returns (ended cleanly, chunks relayed incl. the first)."""
-    chunks = 1
-    prev, last = b"", first
-    try:
-        async for chunk in resp.content.iter_any():
+    rt: Router, b: BackendState, answer: UpstreamAnswer, client: web.StreamResponse,
+    writer: AbstractStreamWriter,
+) -> bool:
+    """Wait while `answer` relays itself; end the client's stream. True unless the backend
+    failed (a client that left is not the backend's fault)."""
+    while True:
+        if answer.client_left:
+            return True
+        if answer.error is not None or answer.ended:
+            break
+        if answer.paused:
             try:
-                await client.write(chunk)
+                await writer.drain()
             except (ConnectionError, RuntimeError):
-                return True, chunks  # the client left; not the backend's fault
-            prev, last = last, chunk
-            chunks += 1
-    except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
-        detail = f"backend {b.url} failed mid-stream ({type(exc).__name__})"
-    else:
-        if b"[DONE]" in (prev + last)[-64:]:
+                answer.client_gone()
+                return True
+            answer.resume()
+            continue
+        await answer.wait()
+    if answer.error is None:
+        if b"[DONE]" in (answer.prev + answer.last)[-64:]:
             rt.pool.record_ok(b.index)
             await _end(client)
-            return True, chunks
+            return True
         detail = f"backend {b.url} ended the stream without [DONE]"
+    else:
+        detail = f"backend {b.url} failed mid-stream ({type(answer.error).__name__})"
     _failed(rt, b, Failure("stream_broken", detail))
     try:
         await client.write(_sse_error(detail))
         await _end(client)
     except (ConnectionError, RuntimeError):
         pass
-    return False, chunks
+    return False
 
 
 async def _end(client: web.StreamResponse) -> None:
