@@ -19,9 +19,11 @@ _COST = LinearCost(mem=(0.0,) * 5, comp=(0.0, 0.0005, 0.0, 0.001, 0.0), allreduc
 
 def _engine(blocks: int = 64, bs: int = 4, seqs: int = 4, budget: int = 32, mml: int = 128,
             caching: bool = True) -> SimEngine:
+    # Synchronous admission: these tests place requests into specific steps (the async
+    # one-step delay is tested in test_sim_async).
     return SimEngine(SimConfig(num_gpu_blocks=blocks, block_size=bs, max_num_seqs=seqs,
                                max_num_batched_tokens=budget, max_model_len=mml,
-                               enable_prefix_caching=caching), _COST)
+                               enable_prefix_caching=caching, async_scheduling=False), _COST)
 
 
 def _random_requests(rng: random.Random, n: int, mml: int) -> list[SimRequest]:

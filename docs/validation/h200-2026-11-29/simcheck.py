@@ -1,6 +1,6 @@
 """Simulator check on the H200 run: calibrate on half the cells, predict the other half.
 
-    .venv/bin/python docs/validation/h200-2026-11-29/simcheck.py RUN_DIR OUT_DIR [--defaults]
+    .venv/bin/python docs/validation/h200-2026-11-29/simcheck.py RUN_DIR OUT_DIR [--no-async-scheduling]
 
 RUN_DIR is the experiment directory (`servelab run examples/h200-vllm.yaml`) or this
 folder's results/ (the stripped cells keep every key this script reads). The cells record
@@ -16,7 +16,8 @@ its own seed, num_prompts, concurrency and 10 warm-ups, exactly as `servelab sim
 A third fit, "joint", uses the same 12 cells for one calibration of both formats (each cell
 simulated on its own arm's deployment; AWQ through the cost model's format factor): that is
 what ships as the H200 default. Uncalibrated = the shipped H200 defaults of the tree the
-script runs on. Writes OUT_DIR/cal-{bf16,awq,joint}.json and OUT_DIR/simcheck.json (every
+script runs on. `--no-async-scheduling` simulates vLLM's synchronous scheduler (the
+simulator before it modelled async scheduling: `sim/before-async/`). Writes OUT_DIR/cal-{bf16,awq,joint}.json and OUT_DIR/simcheck.json (every
 cell: measured, uncalibrated, calibrated, joint).
 """
 
@@ -57,12 +58,13 @@ def cells(run: Path) -> list[dict]:
     return out
 
 
-def options(arm: str, cal: Calibration | None) -> SimOptions:
+def options(arm: str, cal: Calibration | None, async_scheduling: bool = True) -> SimOptions:
     args = EngineArgs(gpu_memory_utilization=0.9, **ARGS.get(arm, {}))
-    return SimOptions("Qwen/Qwen3-14B", "H200", FORMAT[arm], args, calibration=cal)
+    return SimOptions("Qwen/Qwen3-14B", "H200", FORMAT[arm], args, calibration=cal,
+                      async_scheduling=async_scheduling)
 
 
-def target(cell: dict, prepared: dict) -> Target:
+def target(cell: dict, prepared: dict, async_scheduling: bool = True) -> Target:
     key = (cell["workload"], cell["load"])
     if key not in prepared:
         prepared[key] = prepare_workload(cell["dataset"], cell["seed"], ArrivalOptions())
@@ -70,11 +72,23 @@ def target(cell: dict, prepared: dict) -> Target:
     measured = {k: v for k, v in cell["measured"].items() if k in ("output_throughput",
                 "total_token_throughput", "mean_itl_ms", "p99_itl_ms", "mean_ttft_ms")}
     return Target(name, measured, prepared[key], cell["seed"], cell["concurrency"], cell["num_warmups"],
-                  options(cell["arm"], None))
+                  options(cell["arm"], None, async_scheduling))
+
+
+def _copied_warmups(requests: list, n: int) -> list:
+    """Warm-ups as the H200 run's client sent them: plain copies of the first requests (so
+    the first 10 measured requests of every cell found their prompt cached; fixed in the
+    client since, see Findings 1). The simulator now marks warm-ups; this script reproduces
+    what was measured."""
+    return [requests[i % len(requests)] for i in range(n)]
 
 
 def main() -> None:
+    import servelab.sim.offline as offline
+
+    offline._warmups = _copied_warmups  # what the measured client did (docstring above)
     run, out = Path(sys.argv[1]), Path(sys.argv[2])
+    asy = "--no-async-scheduling" not in sys.argv[3:]
     out.mkdir(parents=True, exist_ok=True)
     all_cells = cells(run)
     prepared: dict = {}
@@ -86,21 +100,21 @@ def main() -> None:
             continue
         arms = ("bf16", "awq") if fmt_arm == "joint" else (fmt_arm,)
         fit_cells = [c for c in all_cells if c["arm"] in arms and c["load"] in CAL_LOADS]
-        fit = calibrate(options("bf16", None), [target(c, prepared) for c in fit_cells],
+        fit = calibrate(options("bf16", None, asy), [target(c, prepared, asy) for c in fit_cells],
                         max_evals=60, progress=print)
         fit.calibration.save(path)
         cals[fmt_arm] = fit.calibration
         print("\n".join(fit.report_lines()))
     rows = []
     for c in all_cells:
-        t = target(c, prepared)
+        t = target(c, prepared, asy)
         cal = cals["bf16" if c["arm"] == "bf16" else "awq"]
         row = {"cell": t.name, "role": "fit" if (c["arm"] in ("bf16", "awq") and c["load"] in CAL_LOADS) else "held out",
                "measured": c["measured"], "failed": c["failed"],
                "input_tokens": {"measured": c["input_tokens"],
                                 "simulated": sum(len(r.prompt_token_ids) for r in t.workload.requests)}}
         for label, cal_used in (("uncalibrated", None), ("calibrated", cal), ("joint", cals["joint"])):
-            row[label] = simulated_metrics(options(c["arm"], cal_used), t)
+            row[label] = simulated_metrics(options(c["arm"], cal_used, asy), t)
         rows.append(row)
         print(json.dumps({"cell": row["cell"], "role": row["role"], **{
             f"{lab}:{m}": round(100 * (row[lab][m] - row["measured"][m]) / row["measured"][m], 1)

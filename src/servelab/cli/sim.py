@@ -38,7 +38,8 @@ def engine_options(*, model: str, gpu: str, quantization: str | None, max_num_se
                    gpu_memory_utilization: float | None, enable_prefix_caching: bool,
                    tensor_parallel_size: int, pipeline_parallel_size: int,
                    block_size: int | None, kv_cache_dtype: str | None, replicas: int,
-                   router_policy: str, calibration: Path | None) -> SimOptions:
+                   router_policy: str, calibration: Path | None,
+                   async_scheduling: bool = True) -> SimOptions:
     """Validate the engine flags into `SimOptions` (ServelabError names a bad flag)."""
     from pydantic import ValidationError
 
@@ -66,7 +67,8 @@ def engine_options(*, model: str, gpu: str, quantization: str | None, max_num_se
         raise ServelabError(f"--router-policy {router_policy!r}: choose one of {', '.join(POLICY_NAMES)}")
     cal = Calibration.load(calibration) if calibration is not None else None
     return SimOptions(model=model, gpu=gpu, quantization=quantization, engine_args=args,
-                      replicas=replicas, router_policy=router_policy, calibration=cal)
+                      replicas=replicas, router_policy=router_policy, calibration=cal,
+                      async_scheduling=async_scheduling)
 
 
 @sim_app.command("run")
@@ -94,6 +96,7 @@ def run_cmd(
     replicas: int = typer.Option(1, "--replicas", help="Independent replicas behind a router."),
     router_policy: str = typer.Option("round_robin", "--router-policy", help="Routing policy for --replicas > 1."),
     calibration: Optional[Path] = typer.Option(None, "--calibration", help="Calibration JSON from `servelab sim calibrate` (default: shipped factors)."),
+    async_scheduling: bool = typer.Option(True, "--async-scheduling/--no-async-scheduling", help="vLLM's async scheduling (its default): a request reaching a busy engine joins the step after next."),
     percentile_metrics: str = typer.Option("ttft,tpot,itl", "--percentile-metrics", help="Metrics with percentiles."),
     metric_percentiles: str = typer.Option("99", "--metric-percentiles", help="Percentiles, comma-separated."),
     goodput: Optional[list[str]] = typer.Option(None, "--goodput", help="SLOs in ms: ttft:MS tpot:MS e2el:MS."),
@@ -125,7 +128,7 @@ def run_cmd(
         gpu_memory_utilization=gpu_memory_utilization, enable_prefix_caching=enable_prefix_caching,
         tensor_parallel_size=tensor_parallel_size, pipeline_parallel_size=pipeline_parallel_size,
         block_size=block_size, kv_cache_dtype=kv_cache_dtype, replicas=replicas,
-        router_policy=router_policy, calibration=calibration)
+        router_policy=router_policy, calibration=calibration, async_scheduling=async_scheduling)
     summary_opts = SummaryOptions(
         percentile_metrics=parse_percentile_metrics(percentile_metrics),
         metric_percentiles=parse_metric_percentiles(metric_percentiles),
@@ -158,15 +161,19 @@ def run_cmd(
 @workload_flags
 @load_flags
 def calibrate_cmd(
-    results: list[Path] = typer.Argument(..., help="bench result JSON files measured on --gpu."),
+    results: Optional[list[Path]] = typer.Argument(None, help="bench result JSON files measured on --gpu (or --experiment)."),
     *,
     dataset: DatasetOptions,
     seed: int,
     arrivals: ArrivalOptions,
     max_concurrency: Optional[int],
     num_warmups: int,
-    model: str = _MODEL,
-    gpu: str = _GPU,
+    experiment: Optional[Path] = typer.Option(None, "--experiment", help="An experiment directory (`servelab run ... --out DIR`): fit on its cells, each re-simulated with its own workload, seed, load and arm."),
+    arm: Optional[list[str]] = typer.Option(None, "--arm", help="With --experiment: only this arm's cells (repeatable; default: every arm)."),
+    cells: Optional[str] = typer.Option(None, "--cells", help="With --experiment: only these loads, comma-separated (e.g. c1,c32)."),
+    arm_model: Optional[list[str]] = typer.Option(None, "--arm-model", help="With --experiment: ARM=MODEL[,QUANTIZATION] for an arm whose model directory is not on this machine."),
+    model: Optional[str] = typer.Option(None, "--model", help="Model name from the catalog (e.g. Qwen/Qwen3-14B); required without --experiment."),
+    gpu: Optional[str] = typer.Option(None, "--gpu", help="GPU name from the catalog (e.g. L40S, H200); required without --experiment."),
     quantization: Optional[str] = typer.Option(None, "--quantization", help="Weight format of the measured runs."),
     max_num_seqs: Optional[int] = typer.Option(None, "--max-num-seqs", help="As the measured server."),
     max_num_batched_tokens: Optional[int] = typer.Option(None, "--max-num-batched-tokens", help="As the measured server."),
@@ -175,27 +182,51 @@ def calibrate_cmd(
     enable_prefix_caching: bool = typer.Option(True, "--enable-prefix-caching/--no-enable-prefix-caching", help="As the measured server."),
     tensor_parallel_size: int = typer.Option(1, "--tensor-parallel-size", "-tp", help="As the measured server."),
     pipeline_parallel_size: int = typer.Option(1, "--pipeline-parallel-size", "-pp", help="As the measured server."),
+    async_scheduling: bool = typer.Option(True, "--async-scheduling/--no-async-scheduling", help="As the measured server (vLLM's default: on)."),
     out: Path = typer.Option(..., "--out", help="Where to write the calibration JSON."),
     max_evals: int = typer.Option(60, "--max-evals", help="Simulations the search may run."),
 ) -> None:
-    """Fit efficiency factors and overheads to measured bench results; print what error is left.
+    """Fit efficiency factors and overheads to measured results; print what error is left.
 
-    The workload and load of each result are rebuilt from its `servelab` extras (seed,
-    tokenizer) and from these flags (dataset, num-prompts, rate, concurrency).
+    Result files: the workload and load of each are rebuilt from its `servelab` extras
+    (seed, tokenizer) and from these flags (dataset, num-prompts, rate, concurrency).
+    `--experiment DIR`: every cell of the experiment (or those of --arm / --cells), each
+    with the workload, seed, load, warm-ups and tokenizer it recorded, on its own arm
+    (model, weight format, engine args); GPU from the spec. Prints the error per cell.
     """
     from servelab.sim.calibrate import calibrate, load_targets
 
-    opts = engine_options(
-        model=model, gpu=gpu, quantization=quantization, max_num_seqs=max_num_seqs,
-        max_num_batched_tokens=max_num_batched_tokens, max_model_len=max_model_len,
-        gpu_memory_utilization=gpu_memory_utilization, enable_prefix_caching=enable_prefix_caching,
-        tensor_parallel_size=tensor_parallel_size, pipeline_parallel_size=pipeline_parallel_size,
-        block_size=None, kv_cache_dtype=None, replicas=1, router_policy="round_robin",
-        calibration=None)
     if max_evals < 1:
         raise ServelabError(f"--max-evals {max_evals}: must be >= 1")
-    targets = load_targets(results, dataset, seed, arrivals, max_concurrency, num_warmups)
     console = make_console()
+    if experiment is not None:
+        from servelab.sim.experiment_targets import experiment_targets, parse_arm_models
+
+        if results:
+            raise ServelabError("give result files or --experiment, not both")
+        loads = [c.strip() for c in cells.split(",") if c.strip()] if cells else []
+        notes: list[str] = []
+        targets = experiment_targets(experiment, list(arm or []), loads,
+                                     parse_arm_models(list(arm_model or [])), async_scheduling, notes)
+        for note in notes:
+            console.print(f"note: {note}", highlight=False)
+        assert targets[0].options is not None
+        opts = targets[0].options
+    else:
+        if arm or cells or arm_model:
+            raise ServelabError("--arm, --cells and --arm-model need --experiment")
+        if not results:
+            raise ServelabError("give bench result files or --experiment DIR")
+        if model is None or gpu is None:
+            raise ServelabError("--model and --gpu are required without --experiment")
+        opts = engine_options(
+            model=model, gpu=gpu, quantization=quantization, max_num_seqs=max_num_seqs,
+            max_num_batched_tokens=max_num_batched_tokens, max_model_len=max_model_len,
+            gpu_memory_utilization=gpu_memory_utilization, enable_prefix_caching=enable_prefix_caching,
+            tensor_parallel_size=tensor_parallel_size, pipeline_parallel_size=pipeline_parallel_size,
+            block_size=None, kv_cache_dtype=None, replicas=1, router_policy="round_robin",
+            calibration=None, async_scheduling=async_scheduling)
+        targets = load_targets(results, dataset, seed, arrivals, max_concurrency, num_warmups)
     fit = calibrate(opts, targets, max_evals=max_evals,
                     progress=lambda msg: console.print(msg, highlight=False))
     fit.calibration.save(out)

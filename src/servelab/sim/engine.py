@@ -4,6 +4,14 @@ The engine holds no clock. A driver calls `step(now_s)`; the engine schedules on
 prices it with its `CostModel` and says when its tokens leave the GPU
 (`now_s + duration_s`). The offline driver (`servelab.sim.offline`) advances a virtual
 clock by these durations; the online server sleeps them in real time.
+
+Asynchronous scheduling (`SimConfig.async_scheduling`, vLLM's default since V1's async
+scheduler: "Asynchronous scheduling is enabled" in the 0.25.1 logs): vLLM schedules step
+k+1 right after it launches step k, so that the GPU never waits for the CPU. A request that
+reaches a busy engine while step k runs therefore misses step k+1 (already scheduled) and
+joins step k+2; an idle engine schedules it at once. The engine keeps such requests in an
+inbox for one step (`_inbox` -> `_held` -> the scheduler). Tokens still leave at their
+step's end: the output of step k is processed while step k+1 runs (docs/simulator.md).
 """
 
 from __future__ import annotations
@@ -81,6 +89,7 @@ class SimConfig:
     max_model_len: int
     enable_prefix_caching: bool = True
     enable_chunked_prefill: bool = True
+    async_scheduling: bool = True  # vLLM's --async-scheduling (its default)
     memory: Any = None  # the planner's MemoryPlan, for vLLM-style startup lines
 
 
@@ -118,6 +127,10 @@ class SimEngine:
             SchedulerLimits(config.max_num_seqs, config.max_num_batched_tokens,
                             config.max_model_len, config.enable_chunked_prefill), self.pool)
         self._live: dict[str, SchedRequest] = {}
+        # Async scheduling: added during the step in flight (_inbox), then waiting out the
+        # step that was scheduled when they arrived (_held); see the module docstring.
+        self._inbox: list[SchedRequest] = []
+        self._held: list[SchedRequest] = []
         self._prompt_tokens_total = 0
         self._generation_tokens_total = 0
 
@@ -141,14 +154,22 @@ class SimEngine:
                   if self.config.enable_prefix_caching else [])
         sreq = SchedRequest(request_id, n, max_tokens, arrival_s, hashes, tag)
         self._live[request_id] = sreq
-        self.scheduler.add(sreq)
+        if self.config.async_scheduling:
+            self._inbox.append(sreq)
+        else:
+            self.scheduler.add(sreq)
         return sreq
 
     def abort(self, request_id: str) -> None:
         """Remove a request (client went away); unknown or finished ids are ignored."""
         sreq = self._live.pop(request_id, None)
-        if sreq is not None:
-            self.scheduler.remove(sreq)
+        if sreq is None:
+            return
+        for box in (self._inbox, self._held):
+            if sreq in box:
+                box.remove(sreq)
+                return
+        self.scheduler.remove(sreq)
 
     def has_work(self) -> bool:
         return bool(self._live)
@@ -159,6 +180,8 @@ class SimEngine:
         The hot path of both drivers: no per-token objects.
         """
         sched = self.scheduler
+        if self.config.async_scheduling:
+            self._admit_async(sched)
         step = sched.schedule()
         if not step.reqs:
             raise RuntimeError("engine has work but could schedule nothing (a bug)")
@@ -172,6 +195,25 @@ class SimEngine:
         for r in done:
             del live[r.request_id]
         return duration, step, emitted, done
+
+    def _admit_async(self, sched: Scheduler) -> None:
+        """Requests held through one step join now; those added during the last step wait
+        one more, unless the engine had nothing scheduled (an idle vLLM engine schedules a
+        new request at once; a busy one has already scheduled the step after the current)."""
+        for r in self._held:
+            sched.add(r)
+        self._held = []
+        if sched.running or sched.waiting:
+            self._held, self._inbox = self._inbox, []
+        else:
+            for r in self._inbox:
+                sched.add(r)
+            self._inbox = []
+
+    @property
+    def num_inbox(self) -> int:
+        """Requests received but not yet visible to the scheduler (async scheduling)."""
+        return len(self._inbox) + len(self._held)
 
     def step(self, now_s: float) -> StepResult:
         """Run one step starting at virtual time `now_s`; its tokens arrive at
@@ -201,7 +243,7 @@ class SimEngine:
 
 
 def build_engine(model: str, gpu: str, quantization: str | None, args: Any,
-                 calibration: Calibration | None) -> SimEngine:
+                 calibration: Calibration | None, async_scheduling: bool = True) -> SimEngine:
     """The simulated replica for `model` on `gpu` with vLLM `EngineArgs` `args`.
 
     KV pool and limits come from the planner (`plan_memory`), so they equal what
@@ -223,5 +265,5 @@ def build_engine(model: str, gpu: str, quantization: str | None, args: Any,
         num_gpu_blocks=mem.num_gpu_blocks, block_size=mem.block_size,
         max_num_seqs=mem.max_num_seqs, max_num_batched_tokens=mem.max_num_batched_tokens,
         max_model_len=mem.max_model_len, enable_prefix_caching=args.enable_prefix_caching,
-        memory=mem)
+        async_scheduling=async_scheduling, memory=mem)
     return SimEngine(config, cost)

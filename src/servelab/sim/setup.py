@@ -36,6 +36,7 @@ class SimOptions:
     replicas: int = 1
     router_policy: str = "round_robin"
     calibration: Calibration | None = None
+    async_scheduling: bool = True  # vLLM's --async-scheduling (on by default since V1)
 
     @property
     def resolved_calibration(self) -> Calibration:
@@ -49,7 +50,8 @@ def build_cluster(opts: SimOptions, rng: random.Random) -> Cluster:
     if opts.replicas < 1:
         raise ValueError("replicas must be >= 1")
     cal = opts.resolved_calibration
-    first = build_engine(opts.model, opts.gpu, opts.quantization, opts.engine_args, cal)
+    first = build_engine(opts.model, opts.gpu, opts.quantization, opts.engine_args, cal,
+                         opts.async_scheduling)
     engines = [first] + [SimEngine(first.config, first.cost) for _ in range(opts.replicas - 1)]
     policy = make_policy(opts.router_policy, rng) if opts.replicas > 1 else None
     return Cluster(engines, policy, NetworkCosts(cal.request_overhead_ms, ROUTER_HOP_MS))

@@ -1,0 +1,136 @@
+"""Calibration targets from an experiment directory (`servelab sim calibrate --experiment`).
+
+An experiment (`servelab run SPEC --out DIR`) records its normalised spec in
+`DIR/manifest.json` and one file per cell in `DIR/cells/<arm>/<workload>/<load>.json`, with
+the bench result nested under `result` and the cell's workload, seed, load and warm-ups
+under `cell`. Each cell becomes a `Target` simulated on its own arm's deployment (the
+arm's model, weight format and engine args, as `servelab run` gives a simulated arm), so one
+calibration can be fitted across arms and workloads in one call.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from servelab.errors import ServelabError
+from servelab.sim.calibrate import FIT_METRICS, Target
+from servelab.sim.runner import PreparedWorkload, prepare_workload
+from servelab.sim.setup import SimOptions
+from servelab.workload.arrivals import ArrivalOptions
+
+
+def _spec(root: Path) -> Any:
+    from servelab.experiment.spec import ExperimentSpec
+    from servelab.experiment.store import ExperimentStore
+
+    manifest = ExperimentStore(root).read_manifest()
+    try:
+        spec = dict(manifest["spec"])
+        # The manifest's normalised workloads carry the dataset default num_prompts, which
+        # a spec refuses (loads set it): drop it.
+        spec["workloads"] = [{k: v for k, v in w.items() if k != "num_prompts"}
+                             for w in spec["workloads"]]
+        return ExperimentSpec.model_validate(spec)
+    except (KeyError, ValidationError) as exc:
+        raise ServelabError(f"{root / 'manifest.json'}: no valid experiment spec ({exc})") from None
+
+
+def parse_arm_models(items: Sequence[str]) -> dict[str, tuple[str, str | None]]:
+    """`ARM=MODEL[,QUANTIZATION]` flags -> {arm: (model, quantization)}."""
+    out: dict[str, tuple[str, str | None]] = {}
+    for item in items:
+        arm, sep, rest = item.partition("=")
+        if not sep or not arm or not rest:
+            raise ServelabError(f"--arm-model {item!r}: expected ARM=MODEL[,QUANTIZATION]")
+        model, _, quant = rest.partition(",")
+        out[arm] = (model, quant or None)
+    return out
+
+
+def arm_options(spec: Any, arm: Any, override: tuple[str, str | None] | None,
+                async_scheduling: bool) -> SimOptions:
+    """The simulated deployment of `arm` (as `servelab run` builds it for `engine: sim`);
+    engine args the planner does not model are left out (they reached the real engine)."""
+    from servelab.experiment.arms import planner_args
+    from servelab.experiment.spec import DIRECT
+
+    if spec.hardware.gpu is None:
+        raise ServelabError("the experiment's spec names no hardware.gpu: the simulator needs one")
+    model, quant = override if override else (arm.model or spec.model.name, arm.quantization)
+    if override is None and arm.model and arm.model.startswith("/") and not Path(arm.model).exists():
+        raise ServelabError(f"arm {arm.name}: its model {arm.model} is not on this machine; pass "
+                            f"--arm-model {arm.name}=MODEL[,QUANTIZATION] (e.g. Qwen/Qwen3-14B,awq)")
+    args = planner_args(spec, arm, strict=False)
+    if quant is not None:
+        args = args.model_copy(update={"quantization": quant})
+    return SimOptions(model=model, gpu=spec.hardware.gpu, quantization=quant, engine_args=args,
+                      replicas=arm.replicas,
+                      router_policy="round_robin" if arm.routing == DIRECT else arm.routing,
+                      async_scheduling=async_scheduling)
+
+
+def _rate(value: Any) -> float:
+    return math.inf if value in ("inf", None) else float(value)
+
+
+def experiment_targets(root: Path, arms: Sequence[str] = (), loads: Sequence[str] = (),
+                       arm_models: dict[str, tuple[str, str | None]] | None = None,
+                       async_scheduling: bool = True,
+                       notes: list[str] | None = None) -> list[Target]:
+    """One `Target` per finished cell of `root` (only `arms` and `loads` when given).
+    Cells whose every request failed have no latency to fit and are skipped (named in
+    `notes`). Raises `ServelabError` naming an unknown arm or load, or a bad cell file."""
+    from servelab.experiment.store import ExperimentStore, read_json
+
+    spec = _spec(root)
+    arm_names = [a.name for a in spec.arms]
+    for name in list(arms) + list(arm_models or {}):
+        if name not in arm_names:
+            raise ServelabError(f"--arm {name}: the experiment has arms {', '.join(arm_names)}")
+    options: dict[str, SimOptions] = {}
+    prepared: dict[tuple[str, str], PreparedWorkload] = {}
+    targets: list[Target] = []
+    seen_loads: set[str] = set()
+    for path in ExperimentStore(root).cell_files():
+        data = read_json(path)
+        try:
+            cell, result = data["cell"], data["result"]
+            arm, workload, load = cell["arm"], cell["workload"], cell["load"]
+        except (KeyError, TypeError):
+            raise ServelabError(f"{path}: not a cell file (no cell/result)") from None
+        seen_loads.add(load)
+        if (arms and arm not in arms) or (loads and load not in loads):
+            continue
+        measured = {k: float(result[k]) for k in FIT_METRICS
+                    if isinstance(result.get(k), (int, float))}
+        if not result.get("completed") or not measured:
+            if notes is not None:
+                notes.append(f"{arm}/{workload}/{load}: no completed request, skipped")
+            continue
+        if arm not in options:
+            options[arm] = arm_options(spec, spec.arm(arm), (arm_models or {}).get(arm),
+                                       async_scheduling)
+        key = (workload, load)
+        if key not in prepared:
+            extras = result.get("servelab") or {}
+            tok = extras.get("tokenizer")
+            tokenizer = tok if isinstance(tok, str) and not tok.startswith("builtin:") else None
+            dataset = spec.workload(workload).dataset(int(cell["num_prompts"]), tokenizer)
+            arrivals = ArrivalOptions(request_rate=_rate(cell.get("request_rate")),
+                                      burstiness=float(cell.get("burstiness") or 1.0))
+            prepared[key] = prepare_workload(dataset, int(cell["seed"]), arrivals)
+        conc = cell.get("max_concurrency")
+        targets.append(Target(f"{arm}/{workload}/{load}", measured, prepared[key], int(cell["seed"]),
+                              int(conc) if conc else None, int(cell.get("num_warmups") or 0),
+                              options[arm]))
+    for load in loads:
+        if load not in seen_loads:
+            raise ServelabError(f"--cells {load}: the experiment has loads {', '.join(sorted(seen_loads))}")
+    if not targets:
+        raise ServelabError(f"{root}: no finished cell with completed requests matches")
+    return targets
