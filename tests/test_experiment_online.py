@@ -45,12 +45,23 @@ seed: 3
 """
 
 
-def _free_port_base() -> int:
+def _free_port_base(span: int = 40) -> int:
+    """A base whose next `span` ports are free now, below Linux's ephemeral range (32768+)
+    so that no outgoing connection of another test takes one of them meanwhile."""
+    import random
     import socket
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1] // 10 * 10 % 50000 + 10000
+    rng = random.Random()
+    for _ in range(200):
+        base = rng.randrange(20000, 32000 - span)
+        try:
+            for port in range(base, base + span):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        return base
+    raise RuntimeError("no free port range found")
 
 
 def test_online_sim_arms_run_over_http_and_stop(tmp_path: Path) -> None:
