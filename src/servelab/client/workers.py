@@ -26,6 +26,7 @@ from servelab.client.target import TargetConfig
 from servelab.errors import ServelabError
 from servelab.metrics.records import RequestRecord
 from servelab.workload.request import RequestSpec
+from servelab.workload.warmup import warmup_requests
 
 PROGRESS_INTERVAL_S = 0.25
 START_LEAD_S = 0.05
@@ -131,7 +132,7 @@ async def send_schedule_processes(
     procs = []
     for p in range(n):
         mine = range(p, n_req, n)
-        warm = [requests[i % n_req] for i in range(num_warmups)][p::n]
+        warm = warmup_requests(requests, num_warmups)[p::n]
         parent, child = ctx.Pipe()
         proc = ctx.Process(
             target=_child,
