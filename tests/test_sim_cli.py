@@ -1,4 +1,4 @@
-"""`servelab sim run` and `servelab sim calibrate` as subprocesses."""
+"""`servelab sim run` and `servelab sim calibrate` as subprocesses; the engine flags of `sim`."""
 
 from __future__ import annotations
 
@@ -103,3 +103,34 @@ def test_calibrate_recovers_a_known_bandwidth_fraction(tmp_path: Path) -> None:
     assert abs(fit["bandwidth_frac"] - 0.6) < 0.1
     assert abs(fit["fit_error_pct"]["measured.json:mean_itl_ms"]) < 3.0
     assert "mean_itl_ms" in proc.stdout
+
+
+def test_run_serve_and_calibrate_take_the_same_engine_flags_with_the_same_defaults() -> None:
+    import typer
+    import typer.main
+
+    from servelab.cli.sim import calibrate_cmd, run_cmd
+    from servelab.sim.server_cli import serve_cmd
+
+    group = typer.Typer()
+    for name, cmd in (("run", run_cmd), ("serve", serve_cmd), ("calibrate", calibrate_cmd)):
+        group.command(name)(cmd)
+    sim = typer.main.get_command(group)
+
+    def engine_flags(name: str) -> dict[tuple[str, ...], object]:
+        return {tuple(sorted(p.opts + p.secondary_opts)): p.default
+                for p in sim.commands[name].params if p.name in shared}
+
+    shared = {"model", "gpu", "quantization", "max_num_seqs", "max_num_batched_tokens",
+              "max_model_len", "gpu_memory_utilization", "enable_prefix_caching",
+              "tensor_parallel_size", "pipeline_parallel_size", "block_size", "kv_cache_dtype"}
+    run = engine_flags("run")
+    assert len(run) == len(shared)
+    assert run[("--tensor-parallel-size", "-tp")] == 1
+    assert run[("--enable-prefix-caching", "--no-enable-prefix-caching")] is True
+    assert run[("--kv-cache-dtype",)] is None
+    assert engine_flags("serve") == run
+    # calibrate's --model/--gpu may be left out (with --experiment); the rest are run's.
+    calibrate = engine_flags("calibrate")
+    assert calibrate.pop(("--model",)) is None and calibrate.pop(("--gpu",)) is None
+    assert calibrate == {k: v for k, v in run.items() if k not in {("--model",), ("--gpu",)}}

@@ -82,7 +82,7 @@ def _get(url: str) -> str:
 
 
 def test_startup_lines_state_the_planners_figures(served: Served) -> None:
-    from servelab.cli.sim import engine_options
+    from servelab.cli.engine_flags import engine_options
     from servelab.sim.engine import build_engine
 
     opts = engine_options(

@@ -149,14 +149,20 @@ def _parse_rate(text: str) -> float:
     return rate
 
 
-def _extend(func: Callable[..., Any], drop: tuple[str, ...], flags: tuple[_Flag, ...],
-            convert: Callable[[dict[str, Any]], dict[str, Any]]) -> Callable[..., Any]:
-    """Replace `func`'s parameters named in `drop` by `flags`; `convert` maps flag values
-    to the dropped parameters at call time."""
+def extend_signature(func: Callable[..., Any], drop: tuple[str, ...],
+                     flags: list[inspect.Parameter],
+                     convert: Callable[[dict[str, Any]], dict[str, Any]], *,
+                     in_place: bool = False) -> Callable[..., Any]:
+    """Replace `func`'s parameters named in `drop` by `flags` (at the end, or with
+    `in_place` where the first dropped one was); `convert` maps flag values to the dropped
+    parameters at call time."""
     hints = typing.get_type_hints(func, include_extras=True)
+    every = list(inspect.signature(func).parameters.values())
+    # Parameters before the first dropped one are all kept, so its index is one in `own`.
+    first = next((i for i, p in enumerate(every) if p.name in drop), len(every))
     own = [
         p.replace(kind=inspect.Parameter.KEYWORD_ONLY, annotation=hints.get(p.name, p.annotation))
-        for p in inspect.signature(func).parameters.values()
+        for p in every
         if p.name not in drop
     ]
     names = tuple(f.name for f in flags)
@@ -169,7 +175,8 @@ def _extend(func: Callable[..., Any], drop: tuple[str, ...], flags: tuple[_Flag,
         values = {n: kwargs.pop(n) for n in names}
         return func(**kwargs, **convert(values))
 
-    params = own + [f.parameter() for f in flags]
+    at = first if in_place else len(own)
+    params = own[:at] + flags + own[at:]
     wrapper.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
     wrapper.__annotations__ = {p.name: p.annotation for p in params}
     return wrapper
@@ -191,9 +198,11 @@ def _load_values(values: dict[str, Any]) -> dict[str, Any]:
 
 def workload_flags(func: Callable[..., Any]) -> Callable[..., Any]:
     """Add the dataset flags and --seed; call `func(..., dataset=DatasetOptions, seed=int)`."""
-    return _extend(func, ("dataset", "seed"), (*_WORKLOAD, _SEED), _workload_values)
+    return extend_signature(func, ("dataset", "seed"), [f.parameter() for f in (*_WORKLOAD, _SEED)],
+                   _workload_values)
 
 
 def load_flags(func: Callable[..., Any]) -> Callable[..., Any]:
     """Add the load flags; call `func(..., arrivals=ArrivalOptions, max_concurrency, num_warmups)`."""
-    return _extend(func, ("arrivals", "max_concurrency", "num_warmups"), _LOAD, _load_values)
+    return extend_signature(func, ("arrivals", "max_concurrency", "num_warmups"),
+                   [f.parameter() for f in _LOAD], _load_values)

@@ -12,68 +12,27 @@ import datetime as dt
 import json
 import sys
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 import typer
 from servelab.cli.output import make_console
 
+from servelab.cli.engine_flags import EngineFlags, sim_engine_flags
+from servelab.cli.engine_flags import engine_options as engine_options  # `sweep` imports it from here
 from servelab.cli.flags import load_flags, workload_flags
 from servelab.errors import ServelabError
-from servelab.sim.cost import Calibration
 from servelab.sim.setup import SimOptions
 from servelab.workload.arrivals import ArrivalOptions
 from servelab.workload.datasets import DatasetOptions
-from servelab.plan.args import VLLM_DEFAULT_GPU_MEMORY_UTILIZATION
 
 sim_app = typer.Typer(name="sim", no_args_is_help=True, help=(
     "The simulated engine: `run` a bench offline on a virtual clock, `serve` it over HTTP, "
     "`calibrate` its cost model to measured results."))
 
-_GPU = typer.Option(..., "--gpu", help="GPU name from the catalog (e.g. L40S, H200).")
-_MODEL = typer.Option(..., "--model", help="Model name from the catalog (e.g. Qwen/Qwen3-14B).")
-
-
-def engine_options(*, model: str, gpu: str, quantization: str | None, max_num_seqs: int | None,
-                   max_num_batched_tokens: int | None, max_model_len: int | None,
-                   gpu_memory_utilization: float | None, enable_prefix_caching: bool,
-                   tensor_parallel_size: int, pipeline_parallel_size: int,
-                   block_size: int | None, kv_cache_dtype: str | None, replicas: int,
-                   router_policy: str, calibration: Path | None,
-                   async_scheduling: bool = True) -> SimOptions:
-    """Validate the engine flags into `SimOptions` (ServelabError names a bad flag)."""
-    from pydantic import ValidationError
-
-    from servelab.plan import EngineArgs
-
-    if replicas < 1:
-        raise ServelabError(f"--replicas {replicas}: must be >= 1")
-    given: dict[str, Any] = {
-        "max_num_seqs": max_num_seqs, "max_num_batched_tokens": max_num_batched_tokens,
-        "max_model_len": max_model_len, "gpu_memory_utilization": gpu_memory_utilization,
-        "enable_prefix_caching": enable_prefix_caching,
-        "tensor_parallel_size": tensor_parallel_size,
-        "pipeline_parallel_size": pipeline_parallel_size, "block_size": block_size,
-        "kv_cache_dtype": kv_cache_dtype, "quantization": quantization,
-    }
-    fields = getattr(EngineArgs, "model_fields", None) or getattr(EngineArgs, "__dataclass_fields__", {})
-    kwargs = {k: v for k, v in given.items() if v is not None and k in fields}
-    try:
-        args = EngineArgs(**kwargs)
-    except (ValidationError, ValueError, TypeError) as exc:
-        raise ServelabError(f"engine flags: {exc}") from None
-    from servelab.router.policies import POLICY_NAMES
-
-    if router_policy not in POLICY_NAMES:
-        raise ServelabError(f"--router-policy {router_policy!r}: choose one of {', '.join(POLICY_NAMES)}")
-    cal = Calibration.load(calibration) if calibration is not None else None
-    return SimOptions(model=model, gpu=gpu, quantization=quantization, engine_args=args,
-                      replicas=replicas, router_policy=router_policy, calibration=cal,
-                      async_scheduling=async_scheduling)
-
-
 @sim_app.command("run")
 @workload_flags
 @load_flags
+@sim_engine_flags(fleet=True)
 def run_cmd(
     *,
     dataset: DatasetOptions,
@@ -81,22 +40,7 @@ def run_cmd(
     arrivals: ArrivalOptions,
     max_concurrency: Optional[int],
     num_warmups: int,
-    model: str = _MODEL,
-    gpu: str = _GPU,
-    quantization: Optional[str] = typer.Option(None, "--quantization", help="Weight format: awq, gptq, fp8 (default: the model's)."),
-    max_num_seqs: Optional[int] = typer.Option(None, "--max-num-seqs", help="vLLM's --max-num-seqs (default: vLLM's for this GPU)."),
-    max_num_batched_tokens: Optional[int] = typer.Option(None, "--max-num-batched-tokens", help="vLLM's token budget per step."),
-    max_model_len: Optional[int] = typer.Option(None, "--max-model-len", help="Longest request (prompt + output tokens)."),
-    gpu_memory_utilization: Optional[float] = typer.Option(None, "--gpu-memory-utilization", help=f"Fraction of GPU memory vLLM may use (default {VLLM_DEFAULT_GPU_MEMORY_UTILIZATION}, recent vLLM's)."),
-    enable_prefix_caching: bool = typer.Option(True, "--enable-prefix-caching/--no-enable-prefix-caching", help="Automatic prefix caching."),
-    tensor_parallel_size: int = typer.Option(1, "--tensor-parallel-size", "-tp", help="GPUs per replica, tensor parallel."),
-    pipeline_parallel_size: int = typer.Option(1, "--pipeline-parallel-size", "-pp", help="Pipeline stages per replica."),
-    block_size: Optional[int] = typer.Option(None, "--block-size", help="KV block size in tokens (default 16)."),
-    kv_cache_dtype: Optional[str] = typer.Option(None, "--kv-cache-dtype", help="auto or fp8."),
-    replicas: int = typer.Option(1, "--replicas", help="Independent replicas behind a router."),
-    router_policy: str = typer.Option("round_robin", "--router-policy", help="Routing policy for --replicas > 1."),
-    calibration: Optional[Path] = typer.Option(None, "--calibration", help="Calibration JSON from `servelab sim calibrate` (default: shipped factors)."),
-    async_scheduling: bool = typer.Option(True, "--async-scheduling/--no-async-scheduling", help="vLLM's async scheduling (its default): a request reaching a busy engine joins the step after next."),
+    engine: SimOptions,
     percentile_metrics: str = typer.Option("ttft,tpot,itl", "--percentile-metrics", help="Metrics with percentiles."),
     metric_percentiles: str = typer.Option("99", "--metric-percentiles", help="Percentiles, comma-separated."),
     goodput: Optional[list[str]] = typer.Option(None, "--goodput", help="SLOs in ms: ttft:MS tpot:MS e2el:MS."),
@@ -122,33 +66,26 @@ def run_cmd(
     from servelab.sim.report import memory_lines, sim_lines
     from servelab.sim.runner import run_offline
 
-    opts = engine_options(
-        model=model, gpu=gpu, quantization=quantization, max_num_seqs=max_num_seqs,
-        max_num_batched_tokens=max_num_batched_tokens, max_model_len=max_model_len,
-        gpu_memory_utilization=gpu_memory_utilization, enable_prefix_caching=enable_prefix_caching,
-        tensor_parallel_size=tensor_parallel_size, pipeline_parallel_size=pipeline_parallel_size,
-        block_size=block_size, kv_cache_dtype=kv_cache_dtype, replicas=replicas,
-        router_policy=router_policy, calibration=calibration, async_scheduling=async_scheduling)
     summary_opts = SummaryOptions(
         percentile_metrics=parse_percentile_metrics(percentile_metrics),
         metric_percentiles=parse_metric_percentiles(metric_percentiles),
         goodput=parse_goodput(list(goodput)) if goodput else None)
     meta = parse_metadata(list(metadata or []))
     date = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    out = run_offline(opts, dataset, seed, arrivals, max_concurrency, num_warmups,
+    out = run_offline(engine, dataset, seed, arrivals, max_concurrency, num_warmups,
                       summary_opts, trace_path=trace, date=date, label=label, metadata=meta)
     data = out.result.to_json_dict(detailed=save_detailed)
     err = make_console(stderr=True)
     for note in out.notes:
         err.print(f"[yellow]note:[/] {note}", highlight=False)
     if save_result or append_result or result_filename or result_dir:
-        name = result_filename or (f"servelab-sim-{gpu}-{opts.replicas}x-"
-                                   f"{model.split('/')[-1]}-{date}.json")
+        name = result_filename or (f"servelab-sim-{engine.gpu}-{engine.replicas}x-"
+                                   f"{engine.model.split('/')[-1]}-{date}.json")
         path = (result_dir or Path(".")) / name
         write_result(path, data, append_result)
         err.print(f"result written to {path}", highlight=False)
     console = make_console(stderr=as_json)
-    for line in memory_lines(out.memory, out.max_model_len, opts.replicas):
+    for line in memory_lines(out.memory, out.max_model_len, engine.replicas):
         console.print(line, highlight=False)
     console.print(summary_table(out.result, "servelab sim run (simulated)"))
     for line in sim_lines(out.num_steps, out.preemptions, out.run.duration_s):
@@ -157,9 +94,22 @@ def run_cmd(
         sys.stdout.write(json.dumps(data) + "\n")
 
 
+_AS_MEASURED = {
+    **dict.fromkeys(("max_num_seqs", "max_num_batched_tokens", "max_model_len",
+                     "gpu_memory_utilization", "enable_prefix_caching", "tensor_parallel_size",
+                     "pipeline_parallel_size", "block_size", "kv_cache_dtype"),
+                    "As the measured server."),
+    "model": "Model name from the catalog (e.g. Qwen/Qwen3-14B); required without --experiment.",
+    "gpu": "GPU name from the catalog (e.g. L40S, H200); required without --experiment.",
+    "quantization": "Weight format of the measured runs.",
+    "async_scheduling": "As the measured server (vLLM's default: on).",
+}
+
+
 @sim_app.command("calibrate")
 @workload_flags
 @load_flags
+@sim_engine_flags(raw=True, required=False, calibration=False, help=_AS_MEASURED)
 def calibrate_cmd(
     results: Optional[list[Path]] = typer.Argument(None, help="bench result JSON files measured on --gpu (or --experiment)."),
     *,
@@ -172,17 +122,7 @@ def calibrate_cmd(
     arm: Optional[list[str]] = typer.Option(None, "--arm", help="With --experiment: only this arm's cells (repeatable; default: every arm)."),
     cells: Optional[str] = typer.Option(None, "--cells", help="With --experiment: only these loads, comma-separated (e.g. c1,c32)."),
     arm_model: Optional[list[str]] = typer.Option(None, "--arm-model", help="With --experiment: ARM=MODEL[,QUANTIZATION] for an arm whose model directory is not on this machine."),
-    model: Optional[str] = typer.Option(None, "--model", help="Model name from the catalog (e.g. Qwen/Qwen3-14B); required without --experiment."),
-    gpu: Optional[str] = typer.Option(None, "--gpu", help="GPU name from the catalog (e.g. L40S, H200); required without --experiment."),
-    quantization: Optional[str] = typer.Option(None, "--quantization", help="Weight format of the measured runs."),
-    max_num_seqs: Optional[int] = typer.Option(None, "--max-num-seqs", help="As the measured server."),
-    max_num_batched_tokens: Optional[int] = typer.Option(None, "--max-num-batched-tokens", help="As the measured server."),
-    max_model_len: Optional[int] = typer.Option(None, "--max-model-len", help="As the measured server."),
-    gpu_memory_utilization: Optional[float] = typer.Option(None, "--gpu-memory-utilization", help="As the measured server."),
-    enable_prefix_caching: bool = typer.Option(True, "--enable-prefix-caching/--no-enable-prefix-caching", help="As the measured server."),
-    tensor_parallel_size: int = typer.Option(1, "--tensor-parallel-size", "-tp", help="As the measured server."),
-    pipeline_parallel_size: int = typer.Option(1, "--pipeline-parallel-size", "-pp", help="As the measured server."),
-    async_scheduling: bool = typer.Option(True, "--async-scheduling/--no-async-scheduling", help="As the measured server (vLLM's default: on)."),
+    engine: EngineFlags,
     out: Path = typer.Option(..., "--out", help="Where to write the calibration JSON."),
     max_evals: int = typer.Option(60, "--max-evals", help="Simulations the search may run."),
 ) -> None:
@@ -207,7 +147,8 @@ def calibrate_cmd(
         loads = [c.strip() for c in cells.split(",") if c.strip()] if cells else []
         notes: list[str] = []
         targets = experiment_targets(experiment, list(arm or []), loads,
-                                     parse_arm_models(list(arm_model or [])), async_scheduling, notes)
+                                     parse_arm_models(list(arm_model or [])), engine.async_scheduling,
+                                     notes)
         for note in notes:
             console.print(f"note: {note}", highlight=False)
         assert targets[0].options is not None
@@ -217,15 +158,9 @@ def calibrate_cmd(
             raise ServelabError("--arm, --cells and --arm-model need --experiment")
         if not results:
             raise ServelabError("give bench result files or --experiment DIR")
-        if model is None or gpu is None:
+        if engine.model is None or engine.gpu is None:
             raise ServelabError("--model and --gpu are required without --experiment")
-        opts = engine_options(
-            model=model, gpu=gpu, quantization=quantization, max_num_seqs=max_num_seqs,
-            max_num_batched_tokens=max_num_batched_tokens, max_model_len=max_model_len,
-            gpu_memory_utilization=gpu_memory_utilization, enable_prefix_caching=enable_prefix_caching,
-            tensor_parallel_size=tensor_parallel_size, pipeline_parallel_size=pipeline_parallel_size,
-            block_size=None, kv_cache_dtype=None, replicas=1, router_policy="round_robin",
-            calibration=None, async_scheduling=async_scheduling)
+        opts = engine.options()
         targets = load_targets(results, dataset, seed, arrivals, max_concurrency, num_warmups)
     fit = calibrate(opts, targets, max_evals=max_evals,
                     progress=lambda msg: console.print(msg, highlight=False))

@@ -1,0 +1,174 @@
+"""The simulated engine's flags (vLLM's names) shared by `sim run`, `sim serve`, `sim calibrate`.
+
+`@sim_engine_flags(...)` rewrites the decorated command's signature as `workload_flags` does
+(`servelab.cli.flags`): its `engine` parameter is replaced, in place, by the engine flags,
+and at call time the flags become one typed record: `SimOptions` (validated), or with
+`raw=True` an `EngineFlags` (the values as given; `.options()` validates them), for a
+command that echoes them (`sim serve`) or may not need an engine (`sim calibrate
+--experiment`). Per-command differences are the decorator's parameters:
+
+    @sim_engine_flags(fleet=True)
+    def run(*, engine: SimOptions, ...): ...
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+from servelab.cli.flags import extend_signature
+from servelab.errors import ServelabError
+from servelab.plan.args import VLLM_DEFAULT_GPU_MEMORY_UTILIZATION
+from servelab.sim.cost import Calibration
+from servelab.sim.setup import SimOptions
+
+
+@dataclass(frozen=True, slots=True)
+class EngineFlags:
+    """The engine flags as given (None: not given, so the planner's or vLLM's default)."""
+
+    model: str | None
+    gpu: str | None
+    quantization: str | None
+    max_num_seqs: int | None
+    max_num_batched_tokens: int | None
+    max_model_len: int | None
+    gpu_memory_utilization: float | None  # fraction of GPU memory, 0..1
+    enable_prefix_caching: bool
+    tensor_parallel_size: int
+    pipeline_parallel_size: int
+    block_size: int | None  # tokens per KV block
+    kv_cache_dtype: str | None
+    replicas: int = 1
+    router_policy: str = "round_robin"
+    calibration: Path | None = None
+    async_scheduling: bool = True
+
+    def options(self) -> SimOptions:
+        """Validate into `SimOptions` (ServelabError names a bad flag)."""
+        if self.model is None or self.gpu is None:
+            raise ServelabError("--model and --gpu are required")
+        return engine_options(**{**asdict(self), "model": self.model, "gpu": self.gpu})
+
+
+def engine_options(*, model: str, gpu: str, quantization: str | None, max_num_seqs: int | None,
+                   max_num_batched_tokens: int | None, max_model_len: int | None,
+                   gpu_memory_utilization: float | None, enable_prefix_caching: bool,
+                   tensor_parallel_size: int, pipeline_parallel_size: int,
+                   block_size: int | None, kv_cache_dtype: str | None, replicas: int,
+                   router_policy: str, calibration: Path | None,
+                   async_scheduling: bool = True) -> SimOptions:
+    """Validate the engine flags into `SimOptions` (ServelabError names a bad flag)."""
+    from pydantic import ValidationError
+
+    from servelab.plan import EngineArgs
+
+    if replicas < 1:
+        raise ServelabError(f"--replicas {replicas}: must be >= 1")
+    given: dict[str, Any] = {
+        "max_num_seqs": max_num_seqs, "max_num_batched_tokens": max_num_batched_tokens,
+        "max_model_len": max_model_len, "gpu_memory_utilization": gpu_memory_utilization,
+        "enable_prefix_caching": enable_prefix_caching,
+        "tensor_parallel_size": tensor_parallel_size,
+        "pipeline_parallel_size": pipeline_parallel_size, "block_size": block_size,
+        "kv_cache_dtype": kv_cache_dtype, "quantization": quantization,
+    }
+    fields = getattr(EngineArgs, "model_fields", None) or getattr(EngineArgs, "__dataclass_fields__", {})
+    kwargs = {k: v for k, v in given.items() if v is not None and k in fields}
+    try:
+        args = EngineArgs(**kwargs)
+    except (ValidationError, ValueError, TypeError) as exc:
+        raise ServelabError(f"engine flags: {exc}") from None
+    from servelab.router.policies import POLICY_NAMES
+
+    if router_policy not in POLICY_NAMES:
+        raise ServelabError(f"--router-policy {router_policy!r}: choose one of {', '.join(POLICY_NAMES)}")
+    cal = Calibration.load(calibration) if calibration is not None else None
+    return SimOptions(model=model, gpu=gpu, quantization=quantization, engine_args=args,
+                      replicas=replicas, router_policy=router_policy, calibration=cal,
+                      async_scheduling=async_scheduling)
+
+
+@dataclass(frozen=True, slots=True)
+class _Flag:
+    name: str  # EngineFlags' field
+    annotation: Any
+    default: Any  # ... = required
+    decls: tuple[str, ...]
+    help: str
+
+    def parameter(self, help: str, required: bool) -> inspect.Parameter:
+        optional = self.default is ... and not required
+        default = None if optional else self.default
+        annotation = Optional[self.annotation] if optional else self.annotation
+        return inspect.Parameter(self.name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation,
+                                 default=typer.Option(default, *self.decls, help=help))
+
+
+# In `sim run`'s --help order; `fleet` (the two router flags) only where replicas exist.
+_FLAGS = (
+    _Flag("model", str, ..., ("--model",), "Model name from the catalog (e.g. Qwen/Qwen3-14B)."),
+    _Flag("gpu", str, ..., ("--gpu",), "GPU name from the catalog (e.g. L40S, H200)."),
+    _Flag("quantization", Optional[str], None, ("--quantization",),
+          "Weight format: awq, gptq, fp8 (default: the model's)."),
+    _Flag("max_num_seqs", Optional[int], None, ("--max-num-seqs",),
+          "vLLM's --max-num-seqs (default: vLLM's for this GPU)."),
+    _Flag("max_num_batched_tokens", Optional[int], None, ("--max-num-batched-tokens",),
+          "vLLM's token budget per step."),
+    _Flag("max_model_len", Optional[int], None, ("--max-model-len",),
+          "Longest request (prompt + output tokens)."),
+    _Flag("gpu_memory_utilization", Optional[float], None, ("--gpu-memory-utilization",),
+          f"Fraction of GPU memory vLLM may use (default {VLLM_DEFAULT_GPU_MEMORY_UTILIZATION}, recent vLLM's)."),
+    _Flag("enable_prefix_caching", bool, True, ("--enable-prefix-caching/--no-enable-prefix-caching",),
+          "Automatic prefix caching."),
+    _Flag("tensor_parallel_size", int, 1, ("--tensor-parallel-size", "-tp"), "GPUs{}, tensor parallel."),
+    _Flag("pipeline_parallel_size", int, 1, ("--pipeline-parallel-size", "-pp"), "Pipeline stages{}."),
+    _Flag("block_size", Optional[int], None, ("--block-size",), "KV block size in tokens (default 16)."),
+    _Flag("kv_cache_dtype", Optional[str], None, ("--kv-cache-dtype",), "auto or fp8."),
+    _Flag("replicas", int, 1, ("--replicas",), "Independent replicas behind a router."),
+    _Flag("router_policy", str, "round_robin", ("--router-policy",), "Routing policy for --replicas > 1."),
+    _Flag("calibration", Optional[Path], None, ("--calibration",),
+          "Calibration JSON from `servelab sim calibrate` (default: shipped factors)."),
+    _Flag("async_scheduling", bool, True, ("--async-scheduling/--no-async-scheduling",),
+          "vLLM's async scheduling (its default): a request reaching a busy engine joins the step after next."),
+)
+ENGINE_FLAG_NAMES = tuple(f.name for f in _FLAGS)
+_FLEET = ("replicas", "router_policy")
+
+
+def sim_engine_flags(*, raw: bool = False, required: bool = True, fleet: bool = False,
+                     calibration: bool = True, async_scheduling: bool = True,
+                     help: Mapping[str, str] | None = None) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Replace the command's `engine` parameter by the engine flags.
+
+    raw: inject `EngineFlags` rather than validated `SimOptions`. required: --model and
+    --gpu are required (else they default to None; needs `raw`). fleet: add --replicas and
+    --router-policy. calibration / async_scheduling: add --calibration /
+    --async-scheduling (left out, the record holds their defaults). help: flag name ->
+    help text, replacing the shared one.
+    """
+    if not (required or raw):
+        raise TypeError("sim_engine_flags(required=False) needs raw=True: no model, no SimOptions")
+    left_out = (() if fleet else _FLEET) + (() if calibration else ("calibration",)) \
+        + (() if async_scheduling else ("async_scheduling",))
+    flags = [f for f in _FLAGS if f.name not in left_out]
+    texts = dict(help or {})
+    unknown = set(texts) - {f.name for f in flags}
+    if unknown:
+        raise TypeError(f"sim_engine_flags(help=...) names no flag: {sorted(unknown)}")
+    per_replica = " per replica" if fleet else ""
+    params = [f.parameter(texts.get(f.name, f.help.format(per_replica)), required) for f in flags]
+
+    def convert(values: dict[str, Any]) -> dict[str, Any]:
+        record = EngineFlags(**values)
+        return {"engine": record if raw else record.options()}
+
+    def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
+        return extend_signature(func, ("engine",), params, convert, in_place=True)
+
+    return decorate
