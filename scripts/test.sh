@@ -6,6 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if ! command -v chromium >/dev/null 2>&1; then
+  export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq && apt-get install -y -qq chromium >/dev/null
 fi
 python3 -m venv .venv
