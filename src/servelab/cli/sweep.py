@@ -11,28 +11,18 @@ from typing import Optional
 import typer
 from servelab.cli.output import make_console
 
+from servelab.cli.engine_flags import EngineFlags, sim_engine_flags
 from servelab.cli.flags import workload_flags
 from servelab.errors import ServelabError
 from servelab.workload.datasets import DatasetOptions
 
-ENGINE_HELP = "Simulator engine flag (with --sim), as `servelab sim run`."
-
-
-def sim_engine_options(model: str | None, gpu: str | None, quantization: str | None,
-                       max_num_seqs: int | None, max_num_batched_tokens: int | None,
-                       max_model_len: int | None, gpu_memory_utilization: float | None,
-                       tensor_parallel_size: int, replicas: int, router_policy: str,
-                       calibration: Path | None):  # noqa: ANN201 - SimOptions
-    from servelab.cli.sim import engine_options
-
-    if model is None or gpu is None:
-        raise ServelabError("--sim needs --model (catalog name) and --gpu (catalog GPU)")
-    return engine_options(
-        model=model, gpu=gpu, quantization=quantization, max_num_seqs=max_num_seqs,
-        max_num_batched_tokens=max_num_batched_tokens, max_model_len=max_model_len,
-        gpu_memory_utilization=gpu_memory_utilization, enable_prefix_caching=True,
-        tensor_parallel_size=tensor_parallel_size, pipeline_parallel_size=1, block_size=None,
-        kv_cache_dtype=None, replicas=replicas, router_policy=router_policy, calibration=calibration)
+# The simulated engine's flags are `servelab sim run`'s; with --base-url some say what the
+# server runs, for the diagnosis's roofline.
+SWEEP_ENGINE_HELP = {
+    "model": "Catalog model (--sim) or the served model name (--base-url).",
+    "gpu": "Catalog GPU (--sim; with --base-url: for the roofline in the diagnosis).",
+    "max_num_seqs": "vLLM's --max-num-seqs (--sim); with --base-url: the server's value, for the diagnosis.",
+}
 
 
 def spec_dataset(spec_path: Path, workload: str | None) -> tuple[DatasetOptions, object]:
@@ -48,28 +38,19 @@ def spec_dataset(spec_path: Path, workload: str | None) -> tuple[DatasetOptions,
 
 
 @workload_flags
+@sim_engine_flags(raw=True, required=False, fleet=True, help=SWEEP_ENGINE_HELP)
 def sweep_cmd(
     *,
     dataset: DatasetOptions,
     seed: int,
+    engine: EngineFlags,
     base_url: Optional[str] = typer.Option(None, "--base-url", help="Target URL (OpenAI-compatible), e.g. http://127.0.0.1:8000."),
     sim: bool = typer.Option(False, "--sim", help="Sweep the offline simulator (needs --model and --gpu)."),
     spec: Optional[Path] = typer.Option(None, "--spec", help="Experiment spec: sweep one of its arms (launched as the spec says)."),
     arm: Optional[str] = typer.Option(None, "--arm", help="Arm of --spec (default: its baseline)."),
     workload: Optional[str] = typer.Option(None, "--workload", help="Workload of --spec (default: its first); replaces the dataset flags."),
-    model: Optional[str] = typer.Option(None, "--model", help="Catalog model (--sim) or the served model name (--base-url)."),
-    gpu: Optional[str] = typer.Option(None, "--gpu", help="Catalog GPU (--sim; with --base-url: for the roofline in the diagnosis)."),
     backend: str = typer.Option("openai", "--backend", help="Client backend for --base-url: openai, openai-chat, vllm, sglang."),
     request_timeout: float = typer.Option(600.0, "--request-timeout", help="Per-request timeout (s) for --base-url."),
-    quantization: Optional[str] = typer.Option(None, "--quantization", help=ENGINE_HELP),
-    max_num_seqs: Optional[int] = typer.Option(None, "--max-num-seqs", help=ENGINE_HELP + " With --base-url: the server's value, for the diagnosis."),
-    max_num_batched_tokens: Optional[int] = typer.Option(None, "--max-num-batched-tokens", help=ENGINE_HELP),
-    max_model_len: Optional[int] = typer.Option(None, "--max-model-len", help=ENGINE_HELP),
-    gpu_memory_utilization: Optional[float] = typer.Option(None, "--gpu-memory-utilization", help=ENGINE_HELP),
-    tensor_parallel_size: int = typer.Option(1, "--tensor-parallel-size", "-tp", help=ENGINE_HELP),
-    replicas: int = typer.Option(1, "--replicas", help=ENGINE_HELP),
-    router_policy: str = typer.Option("round_robin", "--router-policy", help=ENGINE_HELP),
-    calibration: Optional[Path] = typer.Option(None, "--calibration", help=ENGINE_HELP),
     mode: str = typer.Option("concurrency", "--mode", help="concurrency (closed loop) or rate (open loop, req/s)."),
     min_level: float = typer.Option(1.0, "--min-level", help="Lowest level (concurrency or req/s)."),
     max_level: Optional[float] = typer.Option(None, "--max-level", help="Highest level (default 1024 concurrency, 100 req/s)."),
@@ -128,14 +109,14 @@ def sweep_cmd(
             slo_obj = parse_slo(items, s.percentile) if items else None
         ot = open_arm(spec, arm, (out or Path(".")) / "logs")
     elif sim:
-        ot = open_sim(sim_engine_options(model, gpu, quantization, max_num_seqs, max_num_batched_tokens,
-                                         max_model_len, gpu_memory_utilization, tensor_parallel_size,
-                                         replicas, router_policy, calibration))
+        if engine.model is None or engine.gpu is None:
+            raise ServelabError("--sim needs --model (catalog name) and --gpu (catalog GPU)")
+        ot = open_sim(engine.options())
     else:
-        if not model:
+        if not engine.model:
             raise ServelabError("--base-url needs --model (the served model name)")
-        ot = open_url(base_url or "", model, backend, gpu, request_timeout, max_num_seqs,
-                      tensor_parallel_size * replicas)
+        ot = open_url(base_url or "", engine.model, backend, engine.gpu, request_timeout,
+                      engine.max_num_seqs, engine.tensor_parallel_size * engine.replicas)
     cfg = SweepConfig(
         axis=axis, dataset=dataset,
         targets=Targets(knee=True, slo=slo_obj is not None, saturation=mode == "rate",

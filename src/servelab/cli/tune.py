@@ -13,16 +13,30 @@ from servelab.cli.output import make_console
 from rich.table import Table
 
 from servelab.cli.flags import workload_flags
-from servelab.cli.sweep import ENGINE_HELP, sim_engine_options, spec_dataset
+from servelab.cli.engine_flags import EngineFlags, sim_engine_flags
+from servelab.cli.sweep import spec_dataset
 from servelab.errors import ServelabError
 from servelab.workload.datasets import DatasetOptions
 
 
+# `sim run`'s engine flags; with --sim the searched ones (--param) start from these values.
+_BASE = "vLLM's {} (--sim): the search's base value."
+TUNE_ENGINE_HELP = {
+    "model": "Catalog model (--sim).",
+    "gpu": "Catalog GPU (--sim).",
+    "max_num_seqs": _BASE.format("--max-num-seqs"),
+    "max_num_batched_tokens": _BASE.format("--max-num-batched-tokens"),
+    "gpu_memory_utilization": _BASE.format("--gpu-memory-utilization"),
+}
+
+
 @workload_flags
+@sim_engine_flags(raw=True, required=False, help=TUNE_ENGINE_HELP)
 def tune_cmd(
     *,
     dataset: DatasetOptions,
     seed: int,
+    engine: EngineFlags,
     param: list[str] = typer.Option(..., "--param", help="Axis NAME=V1,V2,... (repeat), e.g. max_num_seqs=16,32,64."),
     slo: list[str] = typer.Option(..., "--slo", help="SLOs in ms: ttft:MS tpot:MS e2el:MS."),
     slo_percentile: float = typer.Option(99.0, "--slo-percentile", help="Percentile the SLO is judged at."),
@@ -34,15 +48,6 @@ def tune_cmd(
     spec: Optional[Path] = typer.Option(None, "--spec", help="Tune an arm of this spec (its engine is launched per trial)."),
     arm: Optional[str] = typer.Option(None, "--arm", help="Arm of --spec (default: its baseline)."),
     workload: Optional[str] = typer.Option(None, "--workload", help="Workload of --spec (default: its first)."),
-    model: Optional[str] = typer.Option(None, "--model", help="Catalog model (--sim)."),
-    gpu: Optional[str] = typer.Option(None, "--gpu", help="Catalog GPU (--sim)."),
-    quantization: Optional[str] = typer.Option(None, "--quantization", help=ENGINE_HELP),
-    max_num_seqs: Optional[int] = typer.Option(None, "--max-num-seqs", help=ENGINE_HELP + " (base value)"),
-    max_num_batched_tokens: Optional[int] = typer.Option(None, "--max-num-batched-tokens", help=ENGINE_HELP + " (base value)"),
-    max_model_len: Optional[int] = typer.Option(None, "--max-model-len", help=ENGINE_HELP),
-    gpu_memory_utilization: Optional[float] = typer.Option(None, "--gpu-memory-utilization", help=ENGINE_HELP + " (base value)"),
-    tensor_parallel_size: int = typer.Option(1, "--tensor-parallel-size", "-tp", help=ENGINE_HELP),
-    calibration: Optional[Path] = typer.Option(None, "--calibration", help=ENGINE_HELP),
     min_level: int = typer.Option(1, "--min-level", help="Lowest concurrency of each trial's sweep."),
     max_level: int = typer.Option(1024, "--max-level", help="Highest concurrency of each trial's sweep."),
     prompts_per_concurrency: int = typer.Option(5, "--prompts-per-concurrency", help="Requests per level: this x concurrency."),
@@ -72,9 +77,9 @@ def tune_cmd(
     slo_obj = parse_slo(list(slo), slo_percentile)
     settings: dict[str, Any]
     if sim:
-        base = sim_engine_options(model, gpu, quantization, max_num_seqs, max_num_batched_tokens,
-                                  max_model_len, gpu_memory_utilization, tensor_parallel_size, 1,
-                                  "round_robin", calibration)
+        if engine.model is None or engine.gpu is None:
+            raise ServelabError("--sim needs --model (catalog name) and --gpu (catalog GPU)")
+        base = engine.options()
         space = parse_space(list(param), sorted(EngineArgs.model_fields))
         opener, defaults = sim_opener(base)
         settings = {"target": "sim", "model": base.model, "gpu": base.gpu,
