@@ -113,6 +113,28 @@ def test_force_redoes_cells_and_resume_skips_them(tmp_path: Path) -> None:
         manifest["planner"]["b"]["memory"]["kv_cache_tokens"]
 
 
+def test_selected_cells_run_alone_and_the_rest_later_see_the_same_requests(tmp_path: Path) -> None:
+    spec_path = tmp_path / "s.yaml"
+    spec_path.write_text(SIM_SPEC.replace("[1, 2, 4, 8]", "[1, 2]").replace("300", "12"))
+    cmd = [sys.executable, "-m", "servelab", "run", str(spec_path), "--out", str(tmp_path / "out"),
+           "--no-report"]
+    part = subprocess.run(cmd + ["--arm", "b", "--load", "c2"], capture_output=True, text=True, timeout=300)
+    assert part.returncode == 0, part.stderr
+    assert sorted(_cells(tmp_path / "out")) == ["cells/b/rnd/c2.json"]
+    rest = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert rest.returncode == 0, rest.stderr
+    cells = _cells(tmp_path / "out")
+    assert len(cells) == 4
+    # The cell measured alone has the seed (so the prompts) the full grid gives it.
+    spec = load_spec(spec_path)
+    seeds = {f"cells/{c.arm}/{c.workload}/{c.load.key}.json": c.seed for c in all_cells(spec)}
+    assert {k: v["cell"]["seed"] for k, v in cells.items()} == seeds
+    bad = subprocess.run(cmd + ["--load", "c3"], capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2
+    assert "--load c3: the spec has c1, c2" in bad.stderr
+    assert "Traceback" not in bad.stderr
+
+
 def test_changed_spec_is_refused_without_force(tmp_path: Path) -> None:
     from servelab.errors import ServelabError
 

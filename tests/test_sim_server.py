@@ -336,3 +336,38 @@ def test_stop_ends_open_streams_with_abort() -> None:
     assert events[-1] == DONE
     assert events[-3]["choices"][0]["finish_reason"] == "abort"
     assert events[-2]["usage"]["completion_tokens"] == len(events) - 3
+
+
+def test_prefix_cache_reset_is_refused_while_blocks_are_held_and_empties_the_cache() -> None:
+    from servelab.engine.running import reset_prefix_cache
+
+    engine = SimEngine(engine_config(), COST)
+
+    async def go() -> tuple[int, int, int, str | None, str | None, str | None]:
+        async with serving(engine=engine) as (_server, session, url):
+            body = {"model": MODEL, "prompt": " ".join([PROMPT] * 8), "max_tokens": 4}
+            async with session.post(url + "/v1/completions", json=body) as r:
+                prompt_tokens = (await r.json())["usage"]["prompt_tokens"]
+            async with session.post(url + "/v1/completions", json=body) as r:
+                await r.read()
+            hits_before = engine.stats.prefix_cache_hits_total
+            # A request streaming holds its blocks: the reset is refused (deadline 0: no retry).
+            long = {"model": MODEL, "prompt": "another prompt", "max_tokens": 300, "stream": True}
+            resp = await session.post(url + "/v1/completions", json=long)
+            await resp.content.readline()
+            refused = await asyncio.to_thread(reset_prefix_cache, [url], "/reset_prefix_cache", 0.0)
+            await resp.read()
+            done = await asyncio.to_thread(reset_prefix_cache, [url], "/reset_prefix_cache", 0.0)
+            missing = await asyncio.to_thread(reset_prefix_cache, [url], "/no_such_reset", 0.0)
+            async with session.post(url + "/v1/completions", json=body) as r:
+                await r.read()
+            return prompt_tokens, hits_before, engine.stats.prefix_cache_hits_total, refused, done, missing
+
+    prompt_tokens, hits_before, hits_after, refused, done, missing = run(go())
+    # The second identical prompt hit every full block but the one holding its last token.
+    assert hits_before == (prompt_tokens - 1) // 16 * 16 > 0
+    assert refused is not None and "still refused" in refused
+    assert done is None
+    assert missing is not None and "HTTP 404" in missing
+    # After the reset the same prompt finds nothing cached.
+    assert hits_after == hits_before

@@ -80,7 +80,7 @@ def served(tmp_path_factory: pytest.TempPathFactory):
     launcher = VllmLauncher(VllmRuntime(executable=str(VLLM), env=dict(ENV)))
     arm = ArmLaunch(
         name="tiny", model=str(model_dir), served_model_name="tiny", load_format="dummy",
-        extra_args=["--enforce-eager"], port_base=_free_port(),
+        extra_args=["--enforce-eager"], port_base=_free_port(), cache_reset=True,
     )
     t0 = time.monotonic()
     engine = launcher.start(arm, log_dir, deadline_s=600)
@@ -157,6 +157,41 @@ def test_bench_through_servelabs_client(served: Served, tmp_path: Path) -> None:
     assert result["output_lens"] == [8] * 6
     assert result["total_output_tokens"] == 48
     assert result["model_id"] == "tiny"
+
+
+def _prefix_hits(url: str) -> float:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from servelab.engine.process import http_get
+
+    answer = http_get(url + "/metrics", 10.0)
+    assert answer is not None and answer[0] == 200
+    return sum(s.value for fam in text_string_to_metric_families(answer[1].decode())
+               for s in fam.samples if s.name == "vllm:prefix_cache_hits_total")
+
+
+def _complete(url: str, prompt: list[int]) -> None:
+    import urllib.request
+
+    body = json.dumps({"model": "tiny", "prompt": prompt, "max_tokens": 2}).encode()
+    req = urllib.request.Request(url + "/v1/completions", data=body,
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=120) as resp:
+        assert resp.status == 200
+
+
+def test_prefix_cache_reset_in_dev_mode_empties_the_cache(served: Served) -> None:
+    # `cache_reset` launched vLLM with VLLM_SERVER_DEV_MODE=1, which serves the reset.
+    url = served.engine.base_url
+    prompt = list(range(10, 10 + 600))
+    _complete(url, prompt)
+    before = _prefix_hits(url)
+    _complete(url, prompt)
+    assert _prefix_hits(url) > before  # the repeat hit the cache
+    assert served.engine.reset_prefix_cache() is None
+    after_reset = _prefix_hits(url)
+    _complete(url, prompt)
+    assert _prefix_hits(url) == after_reset  # ... and after the reset it finds nothing
 
 
 def test_stop_ends_the_whole_process_group(served: Served) -> None:

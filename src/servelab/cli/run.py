@@ -14,17 +14,27 @@ def run_cmd(
     out: Optional[Path] = typer.Option(None, "--out", help="Results directory (default: the spec's output_dir, else runs/<spec name>)."),
     force: bool = typer.Option(False, "--force", help="Redo cells already stored (default: skip them: resume)."),
     no_report: bool = typer.Option(False, "--no-report", help="Do not print or write the report at the end."),
+    arm: list[str] = typer.Option([], "--arm", help="Run only this arm (repeatable; default: every arm)."),
+    workload: list[str] = typer.Option([], "--workload", help="Run only this workload (repeatable)."),
+    load: list[str] = typer.Option([], "--load", help="Run only this load, by cell name: c10, r2.5, r2.5-c32 (repeatable)."),
 ) -> None:
-    """Run every arm x workload x load cell of a spec; stored cells are skipped (resume)."""
+    """Run every arm x workload x load cell of a spec; stored cells are skipped (resume).
+
+    --arm/--workload/--load measure a part of the grid; cell seeds do not depend on the
+    selection, so parts measured in separate runs see the same requests.
+    """
     from servelab.cli.report import print_report
     from servelab.experiment import load_spec, run_experiment
+    from servelab.experiment.cells import CellSelection
 
     spec = load_spec(spec_file)
+    select = CellSelection(frozenset(arm), frozenset(workload), frozenset(load))
+    select.check(spec)
     root = out or spec.output_dir or Path("runs") / spec.name
     err = make_console(stderr=True)
     err.print(f"experiment {spec.name}: {len(spec.arms)} arms x {len(spec.workloads)} workloads "
               f"-> {root}", highlight=False)
-    run_experiment(spec, root, force=force, spec_path=spec_file,
+    run_experiment(spec, root, force=force, spec_path=spec_file, select=select,
                    echo=lambda line: err.print(line, highlight=False, markup=False))
     if not no_report:
         print_report(root)

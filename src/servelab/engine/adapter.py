@@ -30,6 +30,8 @@ class ArmLaunch(BaseModel):
     pipeline_parallel_size`` of them: replica r gets the r-th consecutive slice. Replica r
     listens on ``port_base + r``. ``gpu_memory_utilization`` (a fraction of each GPU) is
     always passed explicitly, so replicas started one after another get equal KV pools.
+    ``cache_reset`` asks for a server whose prefix cache can be emptied between runs
+    (`RunningEngine.reset_prefix_cache`; vLLM then runs with ``VLLM_SERVER_DEV_MODE=1``).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -46,6 +48,7 @@ class ArmLaunch(BaseModel):
     extra_args: list[str] = []
     env: dict[str, str] = {}
     gpus: list[int] | None = None
+    cache_reset: bool = False
     port_base: int = Field(8000, ge=1, le=65535)
     host: str = "127.0.0.1"
 
@@ -113,6 +116,11 @@ class RunningEngine(Protocol):
     replica_startups: list[StartupInfo | None]
     version: str | None
     log_paths: list[Path]
+
+    def reset_prefix_cache(self, deadline_s: float = 30.0) -> str | None:
+        """Empty every replica's prefix cache (no request may be in flight): None when done,
+        else the reason it could not be (no such endpoint, refused past `deadline_s`)."""
+        ...
 
     def stop(self, grace_s: float = 30.0) -> None:
         """Stop every replica: SIGTERM to its process group, SIGKILL after `grace_s` seconds."""

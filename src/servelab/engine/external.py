@@ -41,6 +41,10 @@ class ExternalEngine:
         self.version = version
         self.log_paths: list[Path] = []
 
+    def reset_prefix_cache(self, deadline_s: float = 30.0) -> str | None:
+        """Not attempted: servers someone else runs keep their state."""
+        return "external servers are not reset"
+
     def stop(self, grace_s: float = 30.0) -> None:
         """Nothing to stop: these servers were not started here."""
 

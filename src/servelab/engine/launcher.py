@@ -49,6 +49,8 @@ class CommandLauncher(ABC):
     managed_flags: dict[str, str]
     #: How `engine_args` spells them.
     arm_flags: ArmFlags = ArmFlags()
+    #: The server's prefix-cache reset endpoint (POST), None when it has none.
+    reset_path: str | None = None
 
     @abstractmethod
     def version(self) -> str | None:
@@ -134,4 +136,5 @@ class CommandLauncher(ABC):
         version = self.version()
         commands = self.validate(arm, log_dir, version)
         waves = [[commands[r] for r in wave] for wave in gpu_waves(arm)]
-        return launch(waves, deadline_s - (time.monotonic() - t0), version=version)
+        return launch(waves, deadline_s - (time.monotonic() - t0), version=version,
+                      reset_path=self.reset_path)

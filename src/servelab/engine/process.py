@@ -66,6 +66,18 @@ def http_get(url: str, timeout_s: float = 2.0) -> tuple[int, bytes] | None:
         return None
 
 
+def http_post(url: str, timeout_s: float = 10.0) -> tuple[int, bytes] | None:
+    """POST an empty body to `url`; (status, body), or None when nothing answered."""
+    request = urllib.request.Request(url, data=b"", method="POST")
+    try:
+        with _OPENER.open(request, timeout=timeout_s) as resp:
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, b""
+    except (OSError, ValueError):
+        return None
+
+
 def healthy(url: str, timeout_s: float = 2.0) -> bool:
     """True when `url`/health answers 200."""
     answer = http_get(url.rstrip("/") + "/health", timeout_s)

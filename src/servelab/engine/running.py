@@ -17,10 +17,11 @@ from servelab.engine.process import (
     check_ports_free,
     failure,
     http_get,
+    http_post,
     wait_healthy,
 )
 
-__all__ = ["LaunchedEngine", "launch", "server_version"]
+__all__ = ["LaunchedEngine", "launch", "reset_prefix_cache", "server_version"]
 
 
 def server_version(url: str) -> str | None:
@@ -35,11 +36,47 @@ def server_version(url: str) -> str | None:
     return version if isinstance(version, str) else None
 
 
-class LaunchedEngine:
-    """A `RunningEngine` made of server processes this launch started."""
+def reset_prefix_cache(urls: Sequence[str], path: str | None, deadline_s: float = 30.0, *,
+                       clock: Callable[[], float] = time.monotonic,
+                       sleep: Callable[[float], None] = time.sleep) -> str | None:
+    """Empty every replica's prefix cache (POST `path`); None when done, else why not.
 
-    def __init__(self, processes: list[ServerProcess], version: str | None) -> None:
+    An answer ``{"success": false}`` (vLLM: blocks still held by requests finishing) is
+    retried until `deadline_s` seconds pass; a 200 without that key counts as done (older
+    vLLM answers with an empty body). A 404 means the server does not offer the reset
+    (vLLM only with ``VLLM_SERVER_DEV_MODE=1``).
+    """
+    if path is None:
+        return "this engine offers no prefix-cache reset"
+    deadline_at = clock() + deadline_s
+    for url in urls:
+        while True:
+            answer = http_post(url.rstrip("/") + path)
+            if answer is None:
+                return f"{url}{path}: no answer"
+            status, body = answer
+            if status != 200:
+                return f"{url}{path}: HTTP {status}"
+            try:
+                done = json.loads(body).get("success", True) if body.strip() else True
+            except (ValueError, AttributeError):
+                done = True
+            if done:
+                break
+            if clock() >= deadline_at:
+                return f"{url}{path}: still refused after {deadline_s:.0f} s (blocks in use)"
+            sleep(0.5)
+    return None
+
+
+class LaunchedEngine:
+    """A `RunningEngine` made of server processes this launch started; `reset_path` is the
+    engine's prefix-cache reset endpoint (None: it has none)."""
+
+    def __init__(self, processes: list[ServerProcess], version: str | None,
+                 reset_path: str | None = None) -> None:
         self.processes = processes
+        self.reset_path = reset_path
         self.replica_urls = [p.url for p in processes]
         self.base_url = self.replica_urls[0]
         self.log_paths = [p.log_path for p in processes]
@@ -48,6 +85,10 @@ class LaunchedEngine:
         ]
         self.startup = self.replica_startups[0]
         self.version = version or server_version(self.base_url) or (self.startup.version if self.startup else None)
+
+    def reset_prefix_cache(self, deadline_s: float = 30.0) -> str | None:
+        """Empty every replica's prefix cache; None when done, else the reason it was not."""
+        return reset_prefix_cache(self.replica_urls, self.reset_path, deadline_s)
 
     def stop(self, grace_s: float = 30.0) -> None:
         """Stop every replica's process group (SIGTERM, SIGKILL after `grace_s` s)."""
@@ -60,6 +101,7 @@ def launch(
     deadline_s: float,
     *,
     version: str | None = None,
+    reset_path: str | None = None,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
     stop_grace_s: float = 10.0,
@@ -85,7 +127,7 @@ def launch(
             code = proc.exit_code()
             if code is not None:  # something else answered /health on our port
                 raise failure(proc, f"exited with code {code}")
-        return LaunchedEngine(started, version)
+        return LaunchedEngine(started, version, reset_path)
     except BaseException:
         for proc in started:
             proc.stop(stop_grace_s)

@@ -56,6 +56,7 @@ class SglangLauncher(CommandLauncher):
 
     kind = "sglang"
     managed_flags = _MANAGED
+    reset_path = "/flush_cache"  # refused (not performed) while requests run or wait
     arm_flags = ArmFlags("--tp-size", "--pp-size", "--mem-fraction-static")
 
     def __init__(self, runtime: SglangRuntime | None = None) -> None:

@@ -53,6 +53,7 @@ class SimLauncher(CommandLauncher):
 
     kind = "sim"
     managed_flags = _MANAGED
+    reset_path = "/reset_prefix_cache"
     arm_flags = ArmFlags(load_format=None)
 
     def __init__(self, gpu: str, python: str = sys.executable, env: dict[str, str] | None = None) -> None:

@@ -97,6 +97,8 @@ class VllmLauncher(CommandLauncher):
 
     kind = "vllm"
     managed_flags = _MANAGED
+    # Served only in dev mode, which `replica_env` turns on for arms with `cache_reset`.
+    reset_path = "/reset_prefix_cache"
 
     def __init__(self, runtime: VllmRuntime | None = None) -> None:
         self.runtime = runtime or VllmRuntime()
@@ -123,7 +125,10 @@ class VllmLauncher(CommandLauncher):
         return self.runtime.serve_prefix(arm.model)
 
     def replica_env(self, arm: ArmLaunch, replica: int) -> dict[str, str]:
-        return _check_env({**self.runtime.env, **super().replica_env(arm, replica)})
+        env = {**self.runtime.env, **super().replica_env(arm, replica)}
+        if arm.cache_reset:
+            env["VLLM_SERVER_DEV_MODE"] = "1"
+        return _check_env(env)
 
 
 def _check_env(env: dict[str, str]) -> dict[str, str]:

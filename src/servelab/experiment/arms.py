@@ -119,7 +119,44 @@ def arm_ports(spec: ExperimentSpec, arm: ArmSpec) -> tuple[int, int]:
 
 
 def arm_launch(spec: ExperimentSpec, arm: ArmSpec) -> ArmLaunch:
-    """The adapter's launch request for the arm."""
+    """The adapter's launch request for the arm (asking for a resettable prefix cache when
+    the arm shares its engine with a neighbour, see `engine_owner`)."""
+    launch = _launch(spec, arm)
+    if engine_owner(spec, arm) != arm.name or _shared_by_next(spec, arm):
+        launch = launch.model_copy(update={"cache_reset": True})
+    return launch
+
+
+def launch_identity(spec: ExperimentSpec, arm: ArmSpec) -> str | None:
+    """What makes two arms' engines interchangeable: the launch request less the arm's name
+    and ports (the router policy is not part of it). None when the arm launches nothing
+    that could be shared (offline simulation, external servers) or sharing is off."""
+    if (spec.engine == "external" or (spec.engine == "sim" and spec.sim.mode == "offline")
+            or not spec.engine_defaults.share_engine):
+        return None
+    return _launch(spec, arm).model_copy(update={"name": "-", "port_base": 1}).model_dump_json()
+
+
+def engine_owner(spec: ExperimentSpec, arm: ArmSpec) -> str:
+    """The arm whose launch `arm` runs on: the first of the consecutive arms (in spec order)
+    with the same `launch_identity`, e.g. ``direct``, ``round_robin`` and ``cache_aware``
+    arms over the same replicas share one launch; itself when it shares with none before."""
+    names = [a.name for a in spec.arms]
+    i = names.index(arm.name)
+    key = launch_identity(spec, arm)
+    while key is not None and i > 0 and launch_identity(spec, spec.arms[i - 1]) == key:
+        i -= 1
+    return names[i]
+
+
+def _shared_by_next(spec: ExperimentSpec, arm: ArmSpec) -> bool:
+    names = [a.name for a in spec.arms]
+    i = names.index(arm.name)
+    key = launch_identity(spec, arm)
+    return key is not None and i + 1 < len(names) and launch_identity(spec, spec.arms[i + 1]) == key
+
+
+def _launch(spec: ExperimentSpec, arm: ArmSpec) -> ArmLaunch:
     d = spec.engine_defaults
     return ArmLaunch(
         name=arm.name,

@@ -12,6 +12,7 @@ import hashlib
 import math
 from dataclasses import dataclass
 
+from servelab.errors import ServelabError
 from servelab.experiment.spec import ExperimentSpec, LoadsSpec
 
 
@@ -92,3 +93,33 @@ def cells_of_arm(spec: ExperimentSpec, arm: str) -> list[Cell]:
 def all_cells(spec: ExperimentSpec) -> list[Cell]:
     """Every cell of the experiment, arm by arm."""
     return [c for a in spec.arms for c in cells_of_arm(spec, a.name)]
+
+
+@dataclass(frozen=True, slots=True)
+class CellSelection:
+    """Which cells a run measures: arm, workload and load names (an empty set: all).
+
+    Seeds do not depend on the selection, so cells measured in separate runs of one spec
+    (an arm added later, one load re-run) see the same requests as the rest.
+    """
+
+    arms: frozenset[str] = frozenset()
+    workloads: frozenset[str] = frozenset()
+    loads: frozenset[str] = frozenset()
+
+    def check(self, spec: ExperimentSpec) -> None:
+        """Refuse a name the spec does not have, naming the flag and the choices."""
+        choices = {"--arm": [a.name for a in spec.arms],
+                   "--workload": [w.name for w in spec.workloads],
+                   "--load": [p.key for p in load_points(spec.loads)]}
+        for flag, given in (("--arm", self.arms), ("--workload", self.workloads), ("--load", self.loads)):
+            unknown = sorted(given - set(choices[flag]))
+            if unknown:
+                raise ServelabError(f"{flag} {unknown[0]}: the spec has {', '.join(choices[flag])}")
+
+    def admits_arm(self, arm: str) -> bool:
+        return not self.arms or arm in self.arms
+
+    def admits(self, cell: Cell) -> bool:
+        return (self.admits_arm(cell.arm) and (not self.workloads or cell.workload in self.workloads)
+                and (not self.loads or cell.load.key in self.loads))

@@ -38,19 +38,28 @@ ROUTER_START_S = 60.0
 @dataclass
 class ArmRun:
     """A started arm: the target to measure, the engine's startup figures per replica, its
-    version, and what to stop afterwards."""
+    version, the launched engine (None: offline simulation) and the router in front."""
 
     target: Target
     startups: list[StartupInfo | None]
     version: str | None
-    stoppables: list[RunningEngine | LaunchedEngine] = field(default_factory=list)
+    engine: RunningEngine | None = None
+    router: LaunchedEngine | None = None
+
+    def stop_router(self) -> None:
+        """Stop the router (if any), leaving the engine running for another arm."""
+        if self.router is not None:
+            self.router.stop()
+            self.router = None
 
     def stop(self) -> None:
         """Stop the router first, then the engine; every stop is attempted."""
         errors = []
-        for item in reversed(self.stoppables):
+        for stop in (self.stop_router, self.engine.stop if self.engine is not None else None):
+            if stop is None:
+                continue
             try:
-                item.stop()
+                stop()
             except ServelabError as exc:
                 errors.append(str(exc))
         if errors:
@@ -86,18 +95,21 @@ def make_launcher(spec: ExperimentSpec, arm: ArmSpec) -> EngineLauncher:
     raise ServelabError(f"engine {spec.engine}: no adapter")
 
 
-def start_arm(spec: ExperimentSpec, arm: ArmSpec, log_dir: Path) -> ArmRun:
+def start_arm(spec: ExperimentSpec, arm: ArmSpec, log_dir: Path,
+              engine: RunningEngine | None = None) -> ArmRun:
     """Start the arm and return its target; `ServelabError` says why it could not start
-    (nothing started here is left running)."""
+    (nothing started here is left running). With `engine` (another arm's, with the same
+    launch: `arms.engine_owner`) nothing is launched: only the arm's router, if any."""
     if spec.engine == "sim" and spec.sim.mode == "offline":
         return _offline(spec, arm)
+    if engine is not None:
+        return _http(spec, arm, engine, log_dir)
     launcher = make_launcher(spec, arm)
-    engine = launcher.start(arm_launch(spec, arm), log_dir, spec.engine_defaults.startup_timeout_s)
+    launched = launcher.start(arm_launch(spec, arm), log_dir, spec.engine_defaults.startup_timeout_s)
     try:
-        return _http(spec, arm, list(engine.replica_urls), list(engine.replica_startups),
-                     engine.version, [engine], log_dir)
+        return _http(spec, arm, launched, log_dir)
     except BaseException:
-        engine.stop()
+        launched.stop()
         raise
 
 
@@ -118,19 +130,16 @@ def _offline(spec: ExperimentSpec, arm: ArmSpec) -> ArmRun:
     return ArmRun(OfflineSimTarget(opts), [startup] * arm.replicas, None)
 
 
-def _http(spec: ExperimentSpec, arm: ArmSpec, urls: list[str],
-          startups: list[StartupInfo | None], version: str | None,
-          stoppables: list[RunningEngine | LaunchedEngine], log_dir: Path | None = None) -> ArmRun:
+def _http(spec: ExperimentSpec, arm: ArmSpec, engine: RunningEngine, log_dir: Path) -> ArmRun:
     d = spec.engine_defaults
-    send = urls
+    urls = list(engine.replica_urls)
+    send, router = urls, None
     if arm.routing != DIRECT and len(urls) > 1:
-        if log_dir is None:
-            log_dir = Path(".")
         router = _start_router(spec, arm, urls, log_dir)
-        stoppables = [*stoppables, router]
         send = router.replica_urls
     target = HttpTarget(send, urls, spec.model.name, d.backend, d.ignore_eos, d.request_timeout_s)
-    return ArmRun(target, startups or [None] * len(urls), version, stoppables)
+    startups = list(engine.replica_startups) or [None] * len(urls)
+    return ArmRun(target, startups, engine.version, engine, router)
 
 
 def _start_router(spec: ExperimentSpec, arm: ArmSpec, urls: list[str], log_dir: Path) -> LaunchedEngine:

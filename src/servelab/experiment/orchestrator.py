@@ -5,6 +5,12 @@ target (an engine failing to start marks the arm failed, with the reason, and th
 on); for each cell build the workload with the cell's seed, draw the arrival times, measure,
 summarise with the one metrics calculator and write the cell atomically; stop the engine.
 The manifest is written before the first arm and again after each arm (engine versions).
+
+Consecutive arms with the same launch (`arms.engine_owner`: e.g. one set of replicas
+measured direct, then behind two router policies) share one engine: it is kept running
+between them and its prefix cache is emptied before the next arm (every arm sees the same
+prompts, which the previous arm left in the cache). An engine that cannot be reset is
+restarted instead. Restarts cost minutes on a GPU; a reset costs milliseconds.
 """
 
 from __future__ import annotations
@@ -18,7 +24,9 @@ import numpy as np
 
 from servelab import __version__
 from servelab.errors import ServelabError
-from servelab.experiment.cells import Cell, cells_of_arm
+from servelab.experiment.cells import Cell, CellSelection, cells_of_arm
+from servelab.engine.adapter import RunningEngine
+from servelab.experiment.arms import engine_owner, launch_identity
 from servelab.experiment.launch import ArmRun, start_arm
 from servelab.experiment.planning import ArmPlanner
 from servelab.experiment.spec import ArmSpec, ExperimentSpec
@@ -47,7 +55,10 @@ class Orchestrator:
     """Runs one spec into one store."""
 
     def __init__(self, spec: ExperimentSpec, store: ExperimentStore, *, force: bool = False,
-                 echo: Echo = lambda _line: None, spec_path: Path | None = None) -> None:
+                 echo: Echo = lambda _line: None, spec_path: Path | None = None,
+                 select: CellSelection = CellSelection()) -> None:
+        select.check(spec)
+        self.select = select
         self.spec = spec
         self.store = store
         self.force = force
@@ -57,6 +68,8 @@ class Orchestrator:
         self._versions: dict[str, str | None] = {}
         self._gpu_name, self._probe = self._hardware()
         self._planners: dict[str, ArmPlanner | str] = {}
+        # The engine kept running for the next arm: (launch identity, owner arm, engine).
+        self._held: tuple[str, str, RunningEngine] | None = None
         for arm in spec.arms:
             try:
                 self._planners[arm.name] = ArmPlanner.for_arm(spec, arm, self._gpu_name)
@@ -102,40 +115,80 @@ class Orchestrator:
         """Measure every cell not yet stored (all of them with `force`)."""
         self.check_resumable()
         self.store.write_manifest(self.manifest())
-        for arm in self.spec.arms:
-            self._run_arm(arm)
-            self.store.write_manifest(self.manifest())
+        try:
+            for arm in self.spec.arms:
+                self._run_arm(arm)
+                self.store.write_manifest(self.manifest())
+        finally:
+            self._release()
+
+    def _release(self) -> None:
+        if self._held is not None:
+            engine, self._held = self._held[2], None
+            engine.stop()
+
+    def _shared_engine(self, arm: ArmSpec) -> tuple[str | None, RunningEngine | None]:
+        """(owner arm, engine) when the held engine serves this arm and its prefix cache
+        was emptied; otherwise the held engine is stopped and (None, None) returned."""
+        key = launch_identity(self.spec, arm)
+        if self._held is None or key is None or self._held[0] != key:
+            self._release()
+            return None, None
+        _key, owner, engine = self._held
+        why = engine.reset_prefix_cache()
+        if why is not None:
+            self.echo(f"arm {arm.name}: restarting arm {owner}'s engine, its prefix cache "
+                      f"could not be emptied: {why}")
+            self._release()
+            return None, None
+        self.echo(f"arm {arm.name}: on arm {owner}'s engine (prefix cache emptied)")
+        self._held = None
+        return owner, engine
 
     def _run_arm(self, arm: ArmSpec) -> None:
-        cells = cells_of_arm(self.spec, arm.name)
+        if not self.select.admits_arm(arm.name):
+            return
+        cells = [c for c in cells_of_arm(self.spec, arm.name) if self.select.admits(c)]
         todo = [c for c in cells if self.force or not self.store.has_cell(*c.key)]
         if not todo:
             self.echo(f"arm {arm.name}: all {len(cells)} cells already stored, skipped")
             return
         self.echo(f"arm {arm.name}: starting ({len(todo)} of {len(cells)} cells to run)")
         self.store.write_arm_status(arm.name, ArmStatus("started"))
+        owner, engine = self._shared_engine(arm)
         try:
-            started = start_arm(self.spec, arm, self.store.log_dir(arm.name))
+            started = start_arm(self.spec, arm, self.store.log_dir(arm.name), engine)
         except ServelabError as exc:
+            if engine is not None:
+                engine.stop()
             self.store.write_arm_status(arm.name, ArmStatus("failed", reason=str(exc)))
             self.echo(f"arm {arm.name}: FAILED to start: {str(exc).splitlines()[0]}")
             return
         self._versions[arm.name] = started.version
         startups = tuple(s.model_dump(mode="json") if s else None for s in started.startups)
-        self.store.write_arm_status(arm.name, ArmStatus("started", version=started.version,
-                                                        startups=startups))
+        status = ArmStatus("started", version=started.version, startups=startups, engine_of=owner)
+        self.store.write_arm_status(arm.name, status)
+        keep = False
         try:
             for cell in todo:
                 self._run_cell(arm, cell, started, startups)
+            keep = started.engine is not None and self._next_shares(arm)
         except ServelabError as exc:
-            self.store.write_arm_status(arm.name, ArmStatus(
-                "failed", reason=f"cell failed: {exc}", version=started.version, startups=startups))
+            self.store.write_arm_status(arm.name, status.but("failed", f"cell failed: {exc}"))
             self.echo(f"arm {arm.name}: FAILED during a cell: {str(exc).splitlines()[0]}")
             return
         finally:
-            started.stop()
-        self.store.write_arm_status(arm.name, ArmStatus("done", version=started.version,
-                                                        startups=startups))
+            if keep and started.engine is not None:
+                started.stop_router()
+                self._held = (launch_identity(self.spec, arm) or "", owner or arm.name, started.engine)
+            else:
+                started.stop()
+        self.store.write_arm_status(arm.name, status.but("done"))
+
+    def _next_shares(self, arm: ArmSpec) -> bool:
+        names = [a.name for a in self.spec.arms]
+        i = names.index(arm.name)
+        return i + 1 < len(names) and engine_owner(self.spec, self.spec.arms[i + 1]) == engine_owner(self.spec, arm)
 
     def _tokenizer(self, name: str | None) -> TokenizerHandle:
         if name not in self._tokenizers:
@@ -191,8 +244,11 @@ class Orchestrator:
 
 
 def run_experiment(spec: ExperimentSpec, out_dir: Path, *, force: bool = False,
-                   echo: Echo = lambda _line: None, spec_path: Path | None = None) -> ExperimentStore:
-    """Run (or resume) `spec` into `out_dir`; returns the store."""
+                   echo: Echo = lambda _line: None, spec_path: Path | None = None,
+                   select: CellSelection = CellSelection()) -> ExperimentStore:
+    """Run (or resume) the `select`ed cells of `spec` (default: all) into `out_dir`;
+    returns the store."""
+    select.check(spec)
     store = ExperimentStore.open(out_dir)
-    Orchestrator(spec, store, force=force, echo=echo, spec_path=spec_path).run()
+    Orchestrator(spec, store, force=force, echo=echo, spec_path=spec_path, select=select).run()
     return store

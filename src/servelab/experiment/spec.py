@@ -77,6 +77,7 @@ class EngineDefaults(_Section):
     request_timeout_s: float = Field(600.0, gt=0)
     ignore_eos: bool = True
     urls: list[str] = []
+    share_engine: bool = True
 
 
 class ArmSpec(_Section):

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -56,22 +57,28 @@ def read_json(path: Path) -> Any:
 
 @dataclass(frozen=True, slots=True)
 class ArmStatus:
-    """What happened to an arm's engine: `state`, the failure `reason`, the engine version
-    and each replica's parsed startup figures (`StartupInfo` dumps; None: none parsed)."""
+    """What happened to an arm's engine: `state`, the failure `reason`, the engine version,
+    each replica's parsed startup figures (`StartupInfo` dumps; None: none parsed) and
+    `engine_of`, the arm whose launched engine this arm ran on (None: its own)."""
 
     state: ArmState
     reason: str | None = None
     version: str | None = None
     startups: tuple[dict[str, Any] | None, ...] = ()
+    engine_of: str | None = None
+
+    def but(self, state: ArmState, reason: str | None = None) -> ArmStatus:
+        """This status in another state (the figures kept)."""
+        return dataclasses.replace(self, state=state, reason=reason)
 
     def to_json(self) -> dict[str, Any]:
         return {"state": self.state, "reason": self.reason, "version": self.version,
-                "startups": list(self.startups)}
+                "startups": list(self.startups), "engine_of": self.engine_of}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ArmStatus:
         return cls(state=data["state"], reason=data.get("reason"), version=data.get("version"),
-                   startups=tuple(data.get("startups") or ()))
+                   startups=tuple(data.get("startups") or ()), engine_of=data.get("engine_of"))
 
 
 class ExperimentStore:

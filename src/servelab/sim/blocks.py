@@ -127,6 +127,15 @@ class BlockPool:
             if r == 0:
                 free[b] = None
 
+    def reset_prefix_cache(self) -> bool:
+        """Forget every cached hash, as vLLM's reset does: refused (False) while any block
+        is referenced by a request, so a running request never loses its blocks."""
+        if len(self._free) != self.num_usable_blocks:
+            return False
+        self._cached.clear()
+        self._hash = [None] * self.num_gpu_blocks
+        return True
+
     def check(self) -> None:
         """Assert the pool's invariants (tests and debugging; O(pool size))."""
         assert all(r >= 0 for r in self._ref), "negative reference count"

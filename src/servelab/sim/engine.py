@@ -160,6 +160,10 @@ class SimEngine:
             self.scheduler.add(sreq)
         return sreq
 
+    def reset_prefix_cache(self) -> bool:
+        """Empty the prefix cache (False, nothing changed, while requests are in the engine)."""
+        return not self._live and self.pool.reset_prefix_cache()
+
     def abort(self, request_id: str) -> None:
         """Remove a request (client went away); unknown or finished ids are ignored."""
         sreq = self._live.pop(request_id, None)

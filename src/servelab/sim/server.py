@@ -130,6 +130,7 @@ class SimServer:
         app.router.add_post("/tokenize", self._tokenize)
         app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/version", self._version)
+        app.router.add_post("/reset_prefix_cache", self._reset_prefix_cache)
         return app
 
     async def start(self) -> int:
@@ -308,6 +309,13 @@ class SimServer:
 
     async def _health(self, request: web.Request) -> web.Response:
         return web.Response(status=200)
+
+    async def _reset_prefix_cache(self, request: web.Request) -> web.Response:
+        # vLLM's (dev-mode) answer: {"success": false} while requests hold blocks.
+        success = self._engine.reset_prefix_cache()
+        if self._log is not None:
+            self._log.info("APIServer", "api_router.py:39", "Resetting prefix cache...")
+        return web.json_response({"success": success})
 
     async def _version(self, request: web.Request) -> web.Response:
         return web.json_response({"version": SIM_VERSION})

@@ -108,7 +108,8 @@ def _atomic_write(path: Path, write) -> None:
 
 
 def save_samples(workload: Workload, path: Path) -> None:
-    """Write the requests as JSON Lines (loadable again with --dataset-name jsonl)."""
+    """Write the requests as JSON Lines (loadable again with --dataset-name jsonl, and by
+    `vllm bench serve --dataset-name custom`, which reads `prompt` and `output_tokens`)."""
 
     def write(tmp: Path) -> None:
         with tmp.open("w", encoding="utf-8") as fh:
@@ -121,6 +122,7 @@ def save_samples(workload: Workload, path: Path) -> None:
                     row["messages"] = [{"role": m.role, "content": m.content} for m in r.messages]
                 row["prompt_len"] = r.prompt_len
                 row["output_len"] = r.output_len
+                row["output_tokens"] = r.output_len  # vLLM's custom dataset's name for it
                 fh.write(json.dumps(row, ensure_ascii=False) + "\n")
 
     _atomic_write(path, write)
