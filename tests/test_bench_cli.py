@@ -96,6 +96,8 @@ def test_unreachable_target_exits_2_without_traceback(servelab_cli, tmp_path: Pa
     (["--request-rate", "fast"], "--request-rate"),
     (["--num-client-processes", "0"], "--num-client-processes"),
     (["--percentile-metrics", "ttft,speed"], "--percentile-metrics"),
+    (["--top-p", "2"], "--top-p 2"),
+    (["--temperature", "warm"], "--temperature warm"),
     (["--no-such-flag"], "--no-such-flag"),
 ])
 def test_bad_flags_exit_2(servelab_cli, tmp_path: Path, extra: list[str], needle: str) -> None:
@@ -120,6 +122,23 @@ def test_api_key_is_sent_and_never_written(token_server, servelab_cli, tmp_path:
     assert "SECRET" not in text
     assert json.loads(missing_result(tmp_path / "x"))["servelab"]["failed_by_reason"] == {"http_401": 16}
     assert missing.returncode == 0
+
+
+def test_sampling_fields_are_sent_only_when_given_and_recorded(token_server, servelab_cli,
+                                                               tmp_path: Path) -> None:
+    from servelab.client.backends import BACKENDS, SamplingParams
+    from servelab.workload.request import RequestSpec
+
+    spec = RequestSpec(index=0, prompt="hi", messages=None, prompt_len=1, output_len=4)
+    plain = json.loads(BACKENDS["openai"].body(spec, "m", True))
+    # As vllm bench serve: no sampling field unless asked, the server's default applies.
+    assert not {"temperature", "top_p", "top_k", "min_p"} & set(plain)
+    given = json.loads(BACKENDS["openai"].body(spec, "m", True, SamplingParams(temperature=0.0, top_k=20)))
+    assert (given["temperature"], given["top_k"]) == (0.0, 20) and "top_p" not in given
+    srv = token_server(itl_ms=1)
+    proc = servelab_cli(*bench_args(srv.url, tmp_path, "--temperature", "0", "--top-k", "20"))
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads((tmp_path / "r.json").read_text())["servelab"]["sampling"] == {"temperature": 0.0, "top_k": 20}
 
 
 def missing_result(d: Path) -> str:

@@ -138,3 +138,12 @@ def test_flag_tokens() -> None:
                         "cuda_graph_sizes": [1, 2]}) == [
         "--max-num-seqs", "8", "--enforce-eager", "--no-enable-prefix-caching",
         "--cuda-graph-sizes", "1", "2"]
+
+
+def test_sampling_is_checked_and_unset_by_default(tmp_path: Path) -> None:
+    assert load_spec(_write(tmp_path, GOOD)).engine_defaults.sampling.fields() == {}
+    text = GOOD.replace("model: Qwen/Qwen3-0.6B\n",
+                        "model: Qwen/Qwen3-0.6B\nengine_defaults:\n  sampling: {temperature: 0, top_k: 20}\n")
+    assert load_spec(_write(tmp_path, text)).engine_defaults.sampling.fields() == {"temperature": 0.0, "top_k": 20}
+    msg = _error(tmp_path, text.replace("top_k: 20", "top_q: 20"))
+    assert "spec.yaml:7: engine_defaults.sampling.top_q: unknown key 'top_q'" in msg

@@ -56,6 +56,11 @@ def test_what_if_and_mbu():
     assert [r["arm"] for r in out["what_if"]] == ["bf16", "awq", "tp2", "2rep"]  # the flags' own arm is named by them
     assert out["what_if"][3]["gpus"] == 2 and out["what_if"][3]["batch_per_replica"] == 8
     assert out["verdict"][0].startswith("rule (DOMAIN.md 7)")
+    # Arms on the same GPU count are ranked by decode throughput (the table's figures).
+    by_name = {r["arm"]: r["decode_tok_s"] for r in out["what_if"]}
+    two = sorted(("tp2", "2rep"), key=lambda n: -by_name[n])
+    assert (f"on 2 GPUs, decode tok/s (roofline): {two[0]} {by_name[two[0]]:,.0f} > "
+            f"{two[1]} {by_name[two[1]]:,.0f}") in out["verdict"]
     assert 0 < out["mbu"] < 1
 
 

@@ -101,3 +101,30 @@ def test_what_if_tp_vs_replicas_reading():
     assert "TP's pooled KV wins" in verdict(big, 64)[0]
     # bandwidth-bound decode: TP2 reads half the weights per GPU per step
     assert small[0].tok_per_gpu_s > 0 and small[1].binding == "memory"
+
+
+def test_arm_planner_compares_itl_with_the_token_interval_under_pipeline_parallelism(tmp_path) -> None:
+    """With PP the batch runs as PP micro-batches and a token passes every stage: the time
+    between a sequence's tokens is PP x the micro-batch stage step, i.e. batch / the
+    replica's decode throughput (found on the H200 pair: the diagnosis had compared PP2's
+    ITL with one stage's step and read 27 % of the roofline)."""
+    from servelab.experiment import load_spec
+    from servelab.experiment.planning import ArmPlanner
+    from servelab.plan.roofline import decode_throughput_tok_s
+
+    spec_path = tmp_path / "s.yaml"
+    spec_path.write_text(
+        "name: s\nengine: sim\nhardware: {gpu: H200}\nmodel: Qwen/Qwen3-14B\n"
+        "arms:\n  - name: pp2\n    pipeline_parallel_size: 2\n  - name: tp1\n"
+        "workloads:\n  - {name: r, dataset_name: random, random_input_len: 32, random_output_len: 8}\n"
+        "loads: {concurrency: [1], num_prompts: 1}\n")
+    spec = load_spec(spec_path)
+    pp2 = ArmPlanner.for_arm(spec, spec.arm("pp2"), "H200")
+    step = pp2.decode_step(33, 310)
+    assert step["batch"] == 33
+    assert step["token_interval_ms"] == pytest.approx(2 * step["step_ms"])
+    rate = decode_throughput_tok_s(pp2.model, pp2.gpu, pp2.args, 33, 310)
+    assert step["token_interval_ms"] == pytest.approx(33 / rate * 1e3)
+    # Without PP the interval is the step.
+    tp1 = ArmPlanner.for_arm(spec, spec.arm("tp1"), "H200").decode_step(33, 310)
+    assert tp1["token_interval_ms"] == tp1["step_ms"]

@@ -62,7 +62,9 @@ _LABELS = {
 
 @dataclass(frozen=True, slots=True)
 class RooflineStep:
-    """The planner's roofline decode step at `batch` sequences of `context_tokens` each."""
+    """The planner's roofline decode step at `batch` sequences of `context_tokens` each;
+    `step_ms` is the time between two tokens of a sequence (with pipeline parallelism, every
+    stage's micro-batch step), what mean ITL is compared with."""
 
     batch: int
     context_tokens: int
@@ -71,11 +73,12 @@ class RooflineStep:
 
     @classmethod
     def of(cls, step: dict[str, Any] | None) -> RooflineStep | None:
-        """From `ArmPlanner.decode_step`'s dict (as cells store it); None passes through."""
+        """From `ArmPlanner.decode_step`'s dict (as cells store it); None passes through.
+        Cells stored before `token_interval_ms` existed carry only `step_ms`."""
         if step is None:
             return None
-        return cls(int(step["batch"]), int(step["context_tokens"]), float(step["step_ms"]),
-                   str(step["bound"]))
+        interval = step.get("token_interval_ms", step["step_ms"])
+        return cls(int(step["batch"]), int(step["context_tokens"]), float(interval), str(step["bound"]))
 
 
 @dataclass(frozen=True, slots=True)

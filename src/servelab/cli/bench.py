@@ -25,8 +25,8 @@ import numpy as np
 import typer
 from servelab.cli.output import make_console
 
-from servelab.cli.flags import load_flags, workload_flags
-from servelab.client.backends import get_backend
+from servelab.cli.flags import load_flags, sampling_flags, workload_flags
+from servelab.client.backends import SamplingParams, get_backend
 from servelab.client.console import LiveProgress, summary_table, warnings_for
 from servelab.client.sender import send_schedule
 from servelab.client.target import TargetConfig, check_reachable
@@ -158,6 +158,7 @@ def _result_path(result_dir: Path | None, filename: str | None, run: RunInfo) ->
 
 @workload_flags
 @load_flags
+@sampling_flags
 def bench(
     ctx: typer.Context,
     *,
@@ -166,6 +167,7 @@ def bench(
     arrivals: ArrivalOptions,
     max_concurrency: Optional[int],
     num_warmups: int,
+    sampling: SamplingParams,
     base_url: Optional[str] = typer.Option(None, "--base-url", help="Target URL, e.g. http://127.0.0.1:8000 (overrides --host/--port)."),
     host: str = typer.Option("127.0.0.1", "--host"),
     port: int = typer.Option(8000, "--port"),
@@ -202,6 +204,7 @@ def bench(
         raise ServelabError(f"--num-client-processes {num_client_processes}: must be >= 1")
     target = _target(base_url, host, port, endpoint, backend, served_model_name or model or "",
                      ignore_eos, request_timeout_s, api_key)
+    target = dataclasses.replace(target, sampling=sampling)
     err = make_console(stderr=True)
     tok = load_tokenizer(dataset.tokenizer)
     work = build_workload(dataset, tok, seed)
@@ -222,7 +225,7 @@ def bench(
         burstiness=arrivals.burstiness, max_concurrency=max_concurrency,
         ramp_up_strategy=arrivals.ramp_up_strategy, ramp_up_start_rps=arrivals.ramp_up_start_rps,
         ramp_up_end_rps=arrivals.ramp_up_end_rps, metadata=meta, seed=seed,
-        tokenizer=work.tokenizer.source)
+        tokenizer=work.tokenizer.source, sampling=sampling.fields())
     result = result.with_run(run).with_server(server)  # type: ignore[arg-type]
     if gpu is not None:
         result = result.with_gpu(gpu)  # type: ignore[arg-type]

@@ -107,6 +107,19 @@ _LOAD = (
 )
 
 
+_SAMPLING = (
+    _Flag("temperature", Optional[float], None,
+          "Sampling temperature sent with every request (default: not sent; the server's own, "
+          "for vLLM the model's generation_config, as vllm bench serve). 0 = greedy."),
+    _Flag("top_p", Optional[float], None, "Top-p sent with every request (default: not sent)."),
+    _Flag("top_k", Optional[int], None, "Top-k sent with every request (default: not sent)."),
+    _Flag("min_p", Optional[float], None, "Min-p sent with every request (default: not sent)."),
+    _Flag("frequency_penalty", Optional[float], None, "Frequency penalty (default: not sent)."),
+    _Flag("presence_penalty", Optional[float], None, "Presence penalty (default: not sent)."),
+    _Flag("repetition_penalty", Optional[float], None, "Repetition penalty (default: not sent)."),
+)
+
+
 def _flag_of(field: str) -> str:
     return "--" + field.replace("_", "-")
 
@@ -206,3 +219,11 @@ def load_flags(func: Callable[..., Any]) -> Callable[..., Any]:
     """Add the load flags; call `func(..., arrivals=ArrivalOptions, max_concurrency, num_warmups)`."""
     return extend_signature(func, ("arrivals", "max_concurrency", "num_warmups"),
                    [f.parameter() for f in _LOAD], _load_values)
+
+
+def sampling_flags(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Add vLLM bench serve's sampling flags; call `func(..., sampling=SamplingParams)`."""
+    from servelab.client.backends import SamplingParams
+
+    return extend_signature(func, ("sampling",), [f.parameter() for f in _SAMPLING],
+                            lambda values: {"sampling": _options(SamplingParams, values)})

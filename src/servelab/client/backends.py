@@ -7,6 +7,13 @@
 | `vllm` | /v1/completions | openai's, plus ignore_eos, continuous_usage_stats |
 | `sglang` | /v1/completions | openai's, plus ignore_eos, continuous_usage_stats |
 
+Sampling parameters are sent only when given (`SamplingParams`, `vllm bench serve`'s
+`--temperature`, `--top-p`, ... flags): otherwise the server applies its own default, which
+for vLLM is the model's generation_config (Qwen3: temperature 0.6, top-k 20, top-p 0.95).
+That is what `vllm bench serve` does since it stopped sending temperature 0, and it is not
+free: on one H200, greedy requests ran Qwen3-14B's decode steps ~3.5 % faster than the
+default top-k/top-p sampling (docs/validation/h200x2-2026-11-30).
+
 `continuous_usage_stats` makes the server put the running `completion_tokens` in every
 chunk, so the client knows how many tokens each chunk carried (see `tally.py`); plain
 OpenAI servers reject unknown fields, so `openai`/`openai-chat` only ask for the final
@@ -20,8 +27,28 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from servelab.errors import ServelabError
 from servelab.workload.request import RequestSpec
+
+
+class SamplingParams(BaseModel):
+    """Sampling fields added to every request body; None: not sent (the server's default)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    temperature: float | None = Field(None, ge=0)
+    top_p: float | None = Field(None, gt=0, le=1)
+    top_k: int | None = Field(None, ge=-1)
+    min_p: float | None = Field(None, ge=0, le=1)
+    frequency_penalty: float | None = None
+    presence_penalty: float | None = None
+    repetition_penalty: float | None = Field(None, gt=0)
+
+    def fields(self) -> dict[str, float | int]:
+        """The set fields, in vLLM bench serve's order (what goes into the body)."""
+        return self.model_dump(exclude_none=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,7 +64,8 @@ class Backend:
     chat: bool
     engine_extras: bool
 
-    def body(self, spec: RequestSpec, model: str, ignore_eos: bool) -> bytes:
+    def body(self, spec: RequestSpec, model: str, ignore_eos: bool,
+             sampling: SamplingParams | None = None) -> bytes:
         """The JSON body (bytes) for one streaming request; built before the run starts."""
         payload: dict[str, object] = {"model": model, "stream": True}
         if self.chat:
@@ -49,7 +77,8 @@ class Backend:
         else:
             payload["prompt"] = spec.text
             payload["max_tokens"] = spec.output_len
-        payload["temperature"] = 0.0
+        if sampling is not None:
+            payload.update(sampling.fields())
         if self.engine_extras:
             payload["ignore_eos"] = ignore_eos
             payload["stream_options"] = {"include_usage": True, "continuous_usage_stats": True}

@@ -90,7 +90,7 @@ class ScheduleSender:
     def _encode(self, requests: Sequence[RequestSpec]) -> list[bytes]:
         t = self.target
         return [
-            self._pool.encode(t.endpoint, self._headers, t.backend.body(s, t.model, t.ignore_eos))
+            self._pool.encode(t.endpoint, self._headers, t.backend.body(s, t.model, t.ignore_eos, t.sampling))
             for s in requests
         ]
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
-from servelab.client.backends import Backend
+from servelab.client.backends import Backend, SamplingParams
 from servelab.errors import ServelabError
 
 
@@ -27,6 +27,7 @@ class TargetConfig:
     backend: Backend
     model: str
     ignore_eos: bool = False
+    sampling: SamplingParams = SamplingParams()
     request_timeout_s: float = 600.0
     api_key: str | None = field(default=None, repr=False)
 

@@ -137,7 +137,8 @@ def _http(spec: ExperimentSpec, arm: ArmSpec, engine: RunningEngine, log_dir: Pa
     if arm.routing != DIRECT and len(urls) > 1:
         router = _start_router(spec, arm, urls, log_dir)
         send = router.replica_urls
-    target = HttpTarget(send, urls, spec.model.name, d.backend, d.ignore_eos, d.request_timeout_s)
+    target = HttpTarget(send, urls, spec.model.name, d.backend, d.ignore_eos, d.request_timeout_s,
+                        d.sampling)
     startups = list(engine.replica_startups) or [None] * len(urls)
     return ArmRun(target, startups, engine.version, engine, router)
 

@@ -212,7 +212,8 @@ class Orchestrator:
             num_prompts=len(work.requests), request_rate=load.request_rate,
             burstiness=load.burstiness, max_concurrency=load.max_concurrency,
             metadata={"arm": arm.name, "workload": cell.workload, "load": load.key},
-            seed=cell.seed, tokenizer=work.tokenizer.source))
+            seed=cell.seed, tokenizer=work.tokenizer.source,
+            sampling=spec.engine_defaults.sampling.fields()))
         data = {
             "cell": {"arm": arm.name, "workload": cell.workload, "load": load.key,
                      "seed": cell.seed, "num_prompts": load.num_prompts,

@@ -9,6 +9,8 @@ an arm (an unknown model directory, no catalog GPU) the reason is kept instead.
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,13 +61,20 @@ class ArmPlanner:
         }
 
     def decode_step(self, batch: float, context_tokens: float) -> dict[str, Any]:
-        """Roofline decode step at `batch` sequences of `context_tokens` each (ms)."""
+        """Roofline decode step at `batch` sequences of `context_tokens` each (ms).
+
+        `step_ms` is one stage's step; `token_interval_ms` the time between two tokens of
+        one sequence, what ITL measures: with pipeline parallelism the batch runs as PP
+        micro-batches and a token passes every stage, so it is PP x the micro-batch step.
+        """
         b = max(1, round(batch))
-        st = decode_step(self.model, self.gpu, self.args, b, max(0, round(context_tokens)))
+        pp = self.args.pipeline_parallel_size
+        st = decode_step(self.model, self.gpu, self.args, max(1, math.ceil(b / pp)),
+                         max(0, round(context_tokens)))
         return {"batch": b, "context_tokens": round(context_tokens),
-                "step_ms": st.total_s * 1e3, "memory_ms": st.memory_s * 1e3,
-                "compute_ms": st.compute_s * 1e3, "allreduce_ms": st.allreduce_s * 1e3,
-                "bound": st.bound, "bytes_read": st.bytes_read}
+                "step_ms": st.total_s * 1e3, "token_interval_ms": st.total_s * pp * 1e3,
+                "memory_ms": st.memory_s * 1e3, "compute_ms": st.compute_s * 1e3,
+                "allreduce_ms": st.allreduce_s * 1e3, "bound": st.bound, "bytes_read": st.bytes_read}
 
 
 def startup_from_plan(mem: MemoryPlan) -> StartupInfo:

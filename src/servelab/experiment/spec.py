@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from servelab.client.backends import SamplingParams
 from servelab.workload.datasets import DatasetOptions
 
 EngineKind = Literal["sim", "vllm", "sglang", "external"]
@@ -76,6 +77,7 @@ class EngineDefaults(_Section):
     backend: Literal["openai", "openai-chat", "vllm", "sglang"] = "openai"
     request_timeout_s: float = Field(600.0, gt=0)
     ignore_eos: bool = True
+    sampling: SamplingParams = SamplingParams()
     urls: list[str] = []
     share_engine: bool = True
 

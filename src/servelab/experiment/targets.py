@@ -24,7 +24,7 @@ from typing import Protocol
 
 import aiohttp
 
-from servelab.client.backends import get_backend
+from servelab.client.backends import SamplingParams, get_backend
 from servelab.client.sender import PREOPEN_MAX, ScheduleSender, SendStatus
 from servelab.client.target import TargetConfig, check_reachable
 from servelab.client.workers import new_event_loop, split_cap
@@ -88,14 +88,15 @@ class HttpTarget:
     `/metrics` at `scrape_urls` (the replicas, also when a router is in front)."""
 
     def __init__(self, send_urls: list[str], scrape_urls: list[str], model: str, backend: str,
-                 ignore_eos: bool, request_timeout_s: float) -> None:
+                 ignore_eos: bool, request_timeout_s: float,
+                 sampling: SamplingParams = SamplingParams()) -> None:
         if not send_urls:
             raise ValueError("an HTTP target needs at least one URL")
         self.backend = backend
         be = get_backend(backend)
         self.targets = [
             TargetConfig(base_url=u, endpoint=be.default_endpoint, backend=be, model=model,
-                         ignore_eos=ignore_eos, request_timeout_s=request_timeout_s)
+                         ignore_eos=ignore_eos, sampling=sampling, request_timeout_s=request_timeout_s)
             for u in send_urls
         ]
         self.scrape_urls = scrape_urls

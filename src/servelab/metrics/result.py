@@ -145,6 +145,7 @@ class RunInfo(_Record):
     metadata: dict[str, str] = Field(default_factory=dict)
     seed: int | None = None
     tokenizer: str | None = None
+    sampling: dict[str, float] = Field(default_factory=dict)
 
 
 class BenchResult(_Record):
@@ -233,6 +234,8 @@ class BenchResult(_Record):
             "version": __version__,
             "tokenizer": self.run.tokenizer if self.run else None,
             "seed": self.run.seed if self.run else None,
+            # The sampling fields every request carried ({}: none, the server's defaults).
+            "sampling": dict(self.run.sampling) if self.run else None,
             "partial": self.partial,
             "failed_by_reason": dict(self.failed_by_reason),
             "goodput_slo_ms": self.goodput_slo.as_ms_by_metric() if self.goodput_slo else None,

@@ -11,7 +11,11 @@ roofline's "memory" (bandwidth) or "compute" term, or "interconnect" when TP's a
 costs more than the step's roofline time.
 The seeds' rule (DOMAIN.md 7): if one replica holds the target concurrency, replicas win
 on throughput; if not, TP's pooled KV wins. The roofline reading (tokens per GPU-second)
-is reported next to it, since at bandwidth-bound batches TP can win anyway.
+is reported next to it, since at bandwidth-bound batches TP can win anyway, and arms on the
+same number of GPUs are ranked by decode throughput. Measured on two NVLink H200s
+(docs/validation/h200x2-2026-11-30, Qwen3-14B bf16, concurrency 10-64) the ranking held
+(TP2 > two replicas > PP2) and the rule did not: TP2 made 1.14-1.45x the tokens of two
+replicas, less than the roofline's 1.6-1.7x.
 """
 
 from __future__ import annotations
@@ -98,6 +102,11 @@ def verdict(readings: list[ArmReading], target_concurrency: int) -> list[str]:
             "rule (DOMAIN.md 7): one replica cannot hold the target concurrency -> TP's "
             "pooled KV wins")
     ok = [r for r in readings if r.holds_target]
+    for gpus in sorted({r.gpus for r in ok}):
+        same = sorted((r for r in ok if r.gpus == gpus), key=lambda r: -r.decode_tok_s)
+        if len(same) > 1:
+            ranked = " > ".join(f"{r.name} {r.decode_tok_s:,.0f}" for r in same)
+            lines.append(f"on {gpus} GPU{'s' if gpus > 1 else ''}, decode tok/s (roofline): {ranked}")
     if ok:
         best = max(ok, key=lambda r: r.tok_per_gpu_s)
         lines.append(f"roofline: {best.name} makes the most tokens per GPU-second "
