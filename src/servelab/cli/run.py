@@ -14,9 +14,9 @@ def run_cmd(
     out: Optional[Path] = typer.Option(None, "--out", help="Results directory (default: the spec's output_dir, else runs/<spec name>)."),
     force: bool = typer.Option(False, "--force", help="Redo cells already stored (default: skip them: resume)."),
     no_report: bool = typer.Option(False, "--no-report", help="Do not print or write the report at the end."),
-    arm: list[str] = typer.Option([], "--arm", help="Run only this arm (repeatable; default: every arm)."),
-    workload: list[str] = typer.Option([], "--workload", help="Run only this workload (repeatable)."),
-    load: list[str] = typer.Option([], "--load", help="Run only this load, by cell name: c10, r2.5, r2.5-c32 (repeatable)."),
+    arm: list[str] = typer.Option([], "--arm", metavar="ARM", help="Run only this arm (repeatable; default: every arm)."),
+    workload: list[str] = typer.Option([], "--workload", metavar="WORKLOAD", help="Run only this workload (repeatable)."),
+    load: list[str] = typer.Option([], "--load", metavar="LOAD", help="Run only this load, by cell name: c10, r2.5, r2.5-c32 (repeatable)."),
 ) -> None:
     """Run every arm x workload x load cell of a spec; stored cells are skipped (resume).
 
