@@ -238,3 +238,38 @@ loads:
     assert status is not None and status.state == "failed"
     assert "no-such-vllm" in (status.reason or "")
     assert any("FAILED to start" in line for line in lines)
+
+
+def test_offline_direct_split_is_two_independent_replicas_with_half_the_cap() -> None:
+    """`routing: direct` in the offline simulator sends request i to replica i mod n with the
+    cap and warm-ups split, as the HTTP client does: each replica's requests then time
+    exactly as a one-replica simulation of its share alone."""
+    import dataclasses
+    import random as _random
+
+    from servelab.experiment.targets import OfflineSimTarget
+    from servelab.metrics.summary import SummaryOptions, summarize
+    from servelab.plan import EngineArgs
+    from servelab.sim.offline import simulate
+    from servelab.sim.setup import SimOptions, build_cluster, offline_requests
+    from servelab.workload.datasets import DatasetOptions, build_workload
+    from servelab.workload.tokenizer import load_tokenizer
+
+    tok = load_tokenizer(None)
+    work = build_workload(DatasetOptions(dataset_name="random", num_prompts=21, random_input_len=64,
+                                         random_output_len=48, random_range_ratio=0.5), tok, 3)
+    opts = SimOptions(model="Qwen/Qwen3-0.6B", gpu="L40S", quantization=None,
+                      engine_args=EngineArgs(data_parallel_size=2), replicas=2)
+    intended = [0.0] * len(work.requests)
+    got = OfflineSimTarget(opts, direct=True).measure(work.requests, tok, intended, 5, 3, seed=9)
+    measured = [r for r in got.records if not r.warmup]
+    assert [r.index for r in measured] == list(range(21))
+    assert [s.url for s in got.servers] == ["sim://offline/replica0", "sim://offline/replica1"]
+    offline = offline_requests(work.requests, tok)
+    one = dataclasses.replace(opts, replicas=1)
+    for k, cap, warm in ((0, 3, 2), (1, 2, 1)):  # cap 5 -> 3 + 2, 3 warm-ups -> 2 + 1
+        alone = simulate(build_cluster(one, _random.Random(9)), offline[k::2], intended[k::2], cap, warm)
+        want = [(r.ttft_ms, r.e2el_ms) for r in alone.records if not r.warmup]
+        assert [(r.ttft_ms, r.e2el_ms) for r in measured[k::2]] == want
+    summary = summarize(got.records, got.duration_s, SummaryOptions())
+    assert summary.peak_in_flight_requests <= 5

@@ -127,7 +127,7 @@ def _offline(spec: ExperimentSpec, arm: ArmSpec) -> ArmRun:
     # (KV pool smaller than one request) fails the arm the way vLLM would.
     engine = build_engine(opts.model, opts.gpu, opts.quantization, args, opts.resolved_calibration)
     startup = startup_from_plan(engine.memory)
-    return ArmRun(OfflineSimTarget(opts), [startup] * arm.replicas, None)
+    return ArmRun(OfflineSimTarget(opts, direct=arm.routing == DIRECT), [startup] * arm.replicas, None)
 
 
 def _http(spec: ExperimentSpec, arm: ArmSpec, engine: RunningEngine, log_dir: Path) -> ArmRun:

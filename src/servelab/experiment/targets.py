@@ -16,6 +16,7 @@ and the engine's state over the run. Two implementations:
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import random
 import time
 from collections.abc import Sequence
@@ -28,7 +29,7 @@ from servelab.client.backends import SamplingParams, get_backend
 from servelab.client.sender import PREOPEN_MAX, ScheduleSender, SendStatus
 from servelab.client.target import TargetConfig, check_reachable
 from servelab.client.workers import new_event_loop, split_cap
-from servelab.experiment.simseries import SimSeriesRecorder
+from servelab.experiment.simseries import SIM_URL, SimSeriesRecorder
 from servelab.metrics.records import RequestRecord
 from servelab.metrics.scrape import MetricsScraper, ServerSeries
 from servelab.sim.offline import simulate
@@ -64,20 +65,44 @@ class Target(Protocol):
 
 
 class OfflineSimTarget:
-    """The simulator on a virtual clock; a fresh cluster (empty caches) for every cell."""
+    """The simulator on a virtual clock; a fresh cluster (empty caches) for every cell.
+
+    With `direct` (the arm's ``routing: direct``) and several replicas, the cell is split
+    as the HTTP client splits it: request i to replica i mod n, the concurrency cap and the
+    warm-ups split between replicas, no router; each replica is one simulation from t0.
+    Otherwise the replicas sit behind the simulated router with `opts.router_policy`.
+    """
 
     backend = "servelab-sim"
 
-    def __init__(self, opts: SimOptions) -> None:
+    def __init__(self, opts: SimOptions, direct: bool = False) -> None:
         self.opts = opts
+        self.direct = direct and opts.replicas > 1
 
     def measure(self, requests: Sequence[RequestSpec], tokenizer: TokenizerHandle,
                 intended_s: Sequence[float], max_concurrency: int | None, num_warmups: int,
                 seed: int) -> Measurement:
-        cluster = build_cluster(self.opts, random.Random(seed))
+        offline = offline_requests(requests, tokenizer)
+        if not self.direct:
+            return self._simulate(self.opts, offline, list(intended_s), max_concurrency,
+                                  num_warmups, seed)
+        n = min(self.opts.replicas, max(1, len(requests)))
+        one = dataclasses.replace(self.opts, replicas=1)
+        parts = [self._simulate(one, offline[k::n], list(intended_s[k::n]), cap,
+                                len(range(k, num_warmups, n)), seed)
+                 for k, cap in enumerate(split_cap(max_concurrency, n))]
+        records = [r for m in parts for r in m.records if r.warmup]
+        records += sorted((r for m in parts for r in m.records if not r.warmup), key=lambda r: r.index)
+        series = [dataclasses.replace(m.servers[0], url=SIM_URL.format(k)) for k, m in enumerate(parts)]
+        extras = {key: float(sum(m.extras[key] for m in parts)) for key in ("num_steps", "preemptions")}
+        return Measurement(records, max(m.duration_s for m in parts), series, extras)
+
+    @staticmethod
+    def _simulate(opts: SimOptions, offline: list, intended_s: list[float],
+                  max_concurrency: int | None, num_warmups: int, seed: int) -> Measurement:
+        cluster = build_cluster(opts, random.Random(seed))
         recorder = SimSeriesRecorder(len(cluster.engines))
-        run = simulate(cluster, offline_requests(requests, tokenizer), list(intended_s),
-                       max_concurrency, num_warmups, recorder)
+        run = simulate(cluster, offline, intended_s, max_concurrency, num_warmups, recorder)
         preemptions = sum(e.stats.num_preemptions_total for e in cluster.engines)
         return Measurement(run.records, run.duration_s, recorder.series(),
                            {"num_steps": float(run.num_steps), "preemptions": float(preemptions)})

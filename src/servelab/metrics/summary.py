@@ -228,13 +228,18 @@ def _peak_buckets(ok: list[RequestRecord]) -> tuple[float, int]:
     return float(tokens.max()), int(active.max())
 
 
+_SAME_INSTANT_S = 1e-6
+
+
 def _peak_in_flight(ok: list[RequestRecord]) -> int:
     """Most successful requests in flight at one instant (send to last token). A request
-    ending at the instant another is sent does not overlap it."""
+    ending at the instant another is sent does not overlap it; "the instant" allows
+    `_SAME_INSTANT_S`, because an end is rebuilt as send + E2EL and the simulator's sends
+    into a freed slot then differ from it by float rounding."""
     events: list[tuple[float, int]] = []
     for r in ok:
         events.append((r.send_s, 1))
-        events.append((r.send_s + _req(r.e2el_ms) / 1000.0, -1))
+        events.append((r.send_s + _req(r.e2el_ms) / 1000.0 - _SAME_INSTANT_S, -1))
     events.sort()  # at equal times -1 sorts before +1: finish before start
     peak = level = 0
     for _, step in events:
