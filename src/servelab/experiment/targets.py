@@ -19,7 +19,7 @@ import asyncio
 import dataclasses
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -140,10 +140,17 @@ class HttpTarget:
         async with aiohttp.ClientSession() as session:
             scrapers = [MetricsScraper(session, u, SCRAPE_INTERVAL_S) for u in self.scrape_urls]
             stop = asyncio.Event()
-            tasks = [asyncio.ensure_future(s.run(stop)) for s in scrapers]
+            tasks: list[asyncio.Future[None]] = []
+
+            async def start_scraping() -> None:
+                # The first sample must precede the first measured request (and follow the
+                # warm-ups): counters are read as last-minus-first sample.
+                await asyncio.gather(*(s.scrape_once() for s in scrapers))
+                tasks.extend(asyncio.ensure_future(s.run(stop)) for s in scrapers)
+
             try:
                 records, t0, t_end = await _send_split(self.targets, requests, intended_s,
-                                                       max_concurrency, num_warmups)
+                                                       max_concurrency, num_warmups, start_scraping)
             finally:
                 stop.set()
                 await asyncio.gather(*tasks, return_exceptions=True)
@@ -151,10 +158,11 @@ class HttpTarget:
 
 
 async def _send_split(targets: list[TargetConfig], requests: Sequence[RequestSpec],
-                      intended_s: list[float], cap: int | None,
-                      num_warmups: int) -> tuple[list[RequestRecord], float, float]:
+                      intended_s: list[float], cap: int | None, num_warmups: int,
+                      before_t0: Callable[[], Awaitable[None]]) -> tuple[list[RequestRecord], float, float]:
     """Send request i to targets[i mod n], all on one t0; caps split as evenly as integers
-    allow. Returns (records sorted by index with warm-ups first, t0, end) on perf_counter."""
+    allow; `before_t0` is awaited after the warm-ups, just before t0. Returns (records
+    sorted by index with warm-ups first, t0, end) on perf_counter."""
     n_req = len(requests)
     n = max(1, min(len(targets), n_req))
     caps = split_cap(cap, n)
@@ -170,6 +178,7 @@ async def _send_split(targets: list[TargetConfig], requests: Sequence[RequestSpe
         t_warm = clock()
         warm_lists = await asyncio.gather(*(s.warmup(warm_specs[k::n], t_warm)
                                             for k, s in enumerate(senders)))
+        await before_t0()
         t0 = clock()
         warm = [r for lst in warm_lists for r in lst]
         for r in warm:
