@@ -6,7 +6,9 @@ at each concurrency, drives the same closed-loop streaming load directly at the 
 
   added TTFT   routed minus direct, mean / p50 / p99 (ms)
   throughput   routed / direct output tokens per second
-  router CPU   the router process's user+system CPU time (from /proc) per relayed token (us)
+  router CPU   the router process's user+system CPU time (from /proc) per relayed token
+               (us), and per request (us; with --max-tokens 2 --ttft-ms 0 --itl-ms 0 it is
+               mostly the per-request cost)
 
 Targets (issue 6): < 2 ms added mean TTFT, < 1 % throughput loss, <= 25 us per token.
 
@@ -19,6 +21,11 @@ of `concurrency` requests arriving at once (`--burst` measures those: each arriv
 also waits for the router's per-request work on the ones ahead of it). Each figure is measured
 `--repeats` times (each routed run right after a direct one) and the median is printed.
 Other work on the machine still shows; run it on an otherwise idle machine.
+
+`--baseline-src DIR` also runs a second router from another servelab source tree (DIR is
+its `src/`, e.g. from `git archive COMMIT | tar -x -C /tmp/base`), on the same core, right
+after each routed run, and prints its row too: a before/after comparison under the same
+noise.
 
     python bench/router_overhead.py --concurrency 32 256 --duration-s 15 --out result.json
 """
@@ -41,10 +48,14 @@ from servelab.client.connection import ConnectionPool, Exchange, StreamBroken
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
-def start(args: list[str], cores: set[int] | None) -> tuple[subprocess.Popen, str]:
-    """Start a server subprocess (pinned to `cores` when given); return it and its URL."""
+def start(args: list[str], cores: set[int] | None, src: Path | None = None
+          ) -> tuple[subprocess.Popen, str]:
+    """Start a server subprocess (pinned to `cores` when given; importing servelab from
+    `src` when given); return it and its URL."""
     log = tempfile.NamedTemporaryFile("w+", suffix=".log", delete=False)
-    p = subprocess.Popen([sys.executable, "-u", *args], stdout=log, stderr=subprocess.STDOUT)
+    env = None if src is None else {**os.environ, "PYTHONPATH": str(src)}
+    p = subprocess.Popen([sys.executable, "-u", *args], stdout=log, stderr=subprocess.STDOUT,
+                         env=env)
     if cores is not None:
         os.sched_setaffinity(p.pid, cores)
     deadline = time.monotonic() + 30
@@ -138,12 +149,13 @@ def measure(direct: dict, routed: dict, cpu0: tuple[float, float], cpu1: tuple[f
         "added_ttft_p99_ms": routed["ttft_p99_ms"] - direct["ttft_p99_ms"],
         "router_cpu_us_per_token": (sum(cpu1) - sum(cpu0)) * per_token,
         "router_sys_us_per_token": (cpu1[1] - cpu0[1]) * per_token,
+        "router_cpu_us_per_request": (sum(cpu1) - sum(cpu0)) * 1e6 / max(1, routed["requests"]),
         "failures": direct["failures"] + routed["failures"],
     }
 
 
 FIGURES = ("throughput_ratio", "added_ttft_mean_ms", "added_ttft_p50_ms", "added_ttft_p99_ms",
-           "router_cpu_us_per_token", "router_sys_us_per_token")
+           "router_cpu_us_per_token", "router_sys_us_per_token", "router_cpu_us_per_request")
 
 
 def median_row(repeats: list[dict]) -> dict:
@@ -174,9 +186,13 @@ def main() -> None:
     ap.add_argument("--burst", action="store_true",
                     help="start all streams at once (waves of arrivals) instead of spread")
     ap.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
+    ap.add_argument("--baseline-src", type=Path, default=None,
+                    help="also measure a router imported from this servelab src/ directory")
     a = ap.parse_args()
     if a.repeats < 1:
         ap.error("--repeats must be >= 1")
+    if a.baseline_src is not None and not (a.baseline_src / "servelab").is_dir():
+        ap.error(f"--baseline-src {a.baseline_src}: no servelab package there")
     client_cores, router_cores = pin_plan()
     if client_cores is not None:
         os.sched_setaffinity(0, client_cores)
@@ -195,37 +211,48 @@ def main() -> None:
         rargs = ["-m", "servelab.router", "--port", "0", "--policy", "round_robin"]
         for b in backends:
             rargs += ["--backend", b]
-        rp, router_url = start(rargs, router_cores)
-        procs.append(rp)
+        routers = {"router": start(rargs, router_cores)}
+        if a.baseline_src is not None:
+            routers["baseline"] = start(rargs, router_cores, a.baseline_src.resolve())
+        procs += [p for p, _ in routers.values()]
         results = []
-        print(f"{'conc':>5} {'direct tok/s':>12} {'routed tok/s':>12} {'ratio':>6} "
-              f"{'+TTFT mean':>10} {'+p50':>7} {'+p99':>7} {'us/token':>8} {'(sys)':>6}  "
-              f"failures   (median of {a.repeats})")
+        print(f"{'conc':>5} {'':>8} {'direct tok/s':>12} {'routed tok/s':>12} {'ratio':>6} "
+              f"{'+TTFT mean':>10} {'+p50':>7} {'+p99':>7} {'us/token':>8} {'(sys)':>6} "
+              f"{'us/req':>7}  failures   (median of {a.repeats})")
         for c in a.concurrency:
             # Warm-up: connections (client's and the router's upstream ones) and first-call
             # code, so every repeat measures the steady state.
             asyncio.run(drive(backends, c, 0.2, 4))
-            asyncio.run(drive([router_url], c, 0.2, 4))
-            repeats: list[dict] = []
+            for _, url in routers.values():
+                asyncio.run(drive([url], c, 0.2, 4))
+            repeats: dict[str, list[dict]] = {name: [] for name in routers}
             # Starts spread over one stream's length: a steady state, not waves of
             # `concurrency` requests arriving together (see --burst).
             stagger_s = 0.0 if a.burst else (a.ttft_ms + (a.max_tokens - 1) * a.itl_ms) / 1000
             for _ in range(a.repeats):  # each routed run right after a direct one
                 direct = asyncio.run(drive(backends, c, a.duration_s, a.max_tokens, stagger_s))
-                cpu0 = cpu_s(rp.pid)
-                routed = asyncio.run(drive([router_url], c, a.duration_s, a.max_tokens, stagger_s))
-                repeats.append(measure(direct, routed, cpu0, cpu_s(rp.pid)))
-            row = median_row(repeats)
-            results.append({"concurrency": c, **row, "repeats": repeats})
-            print(f"{c:>5} {row['direct_tok_per_s']:>12.0f} "
-                  f"{row['routed_tok_per_s']:>12.0f} {row['throughput_ratio']:>6.3f} "
-                  f"{row['added_ttft_mean_ms']:>10.2f} {row['added_ttft_p50_ms']:>7.2f} "
-                  f"{row['added_ttft_p99_ms']:>7.2f} {row['router_cpu_us_per_token']:>8.1f} "
-                  f"{row['router_sys_us_per_token']:>6.1f}  {row['failures']}", flush=True)
+                for name, (rp, url) in routers.items():
+                    cpu0 = cpu_s(rp.pid)
+                    routed = asyncio.run(drive([url], c, a.duration_s, a.max_tokens, stagger_s))
+                    repeats[name].append(measure(direct, routed, cpu0, cpu_s(rp.pid)))
+            entry: dict = {"concurrency": c}
+            for name, reps in repeats.items():
+                row = median_row(reps)
+                if name == "router":
+                    entry.update(row, repeats=reps)
+                else:
+                    entry[name] = {**row, "repeats": reps}
+                print(f"{c:>5} {name:>8} {row['direct_tok_per_s']:>12.0f} "
+                      f"{row['routed_tok_per_s']:>12.0f} {row['throughput_ratio']:>6.3f} "
+                      f"{row['added_ttft_mean_ms']:>10.2f} {row['added_ttft_p50_ms']:>7.2f} "
+                      f"{row['added_ttft_p99_ms']:>7.2f} {row['router_cpu_us_per_token']:>8.1f} "
+                      f"{row['router_sys_us_per_token']:>6.1f} "
+                      f"{row['router_cpu_us_per_request']:>7.0f}  {row['failures']}", flush=True)
+            results.append(entry)
             if a.out is not None:  # atomically, after each concurrency
                 tmp = a.out.with_suffix(a.out.suffix + ".tmp")
                 tmp.write_text(json.dumps({"args": vars(a) | {"out": str(a.out)},
-                                           "results": results}, indent=2))
+                                           "results": results}, indent=2, default=str))
                 tmp.replace(a.out)
     finally:
         for p in procs:

@@ -333,3 +333,55 @@ def test_sigterm_drains_in_flight_then_exits_zero(procs):
     assert refused
     assert text.rstrip().endswith("data: [DONE]") and text.count(" t59") == 1
     assert rt.stop(signal.SIGTERM) == 0
+
+
+def test_request_timeout_before_and_after_the_first_byte(procs):
+    stalled = token_server("--stall-every", "1", "--stall-ms", "600000")  # never answers
+    slow = token_server("--itl-ms", "100")  # 1000 tokens: 100 s, far past the timeout
+    procs.extend([stalled, slow])
+    rt_stalled = router([stalled], "--request-timeout-s", "0.5", "--max-retries", "0")
+    rt_slow = router([slow], "--request-timeout-s", "1", "--max-retries", "0")
+    procs.extend([rt_stalled, rt_slow])
+
+    async def go():
+        async with aiohttp.ClientSession() as s:
+            body = {"prompt": "x", "max_tokens": 1000, "stream": True}
+            async with s.post(rt_stalled.url + "/v1/completions", json=body) as r:
+                before = (r.status, (await r.json())["error"])
+            async with s.post(rt_slow.url + "/v1/completions", json=body) as r:
+                after = (r.status, await r.text())
+            async with s.get(rt_slow.url + "/health") as r:
+                in_flight = (await r.json())["backends"][0]["in_flight"]
+        return before, after, in_flight
+
+    before, after, in_flight = run(go())
+    assert before[0] == 504 and before[1]["type"] == "upstream_error"
+    assert "no answer in time" in before[1]["message"]
+    status, text = after
+    events = [e for e in text.split("\n\n") if e.strip()]
+    assert status == 200 and '"text":" t0"' in events[0] and "[DONE]" not in text
+    err = json.loads(events[-1][len("data: "):])["error"]
+    assert err["type"] == "upstream_error" and "TimeoutError" in err["message"]
+    assert in_flight == 0
+
+
+def test_explain_logs_each_decision_and_never_the_key(procs):
+    backends = [token_server() for _ in range(2)]
+    procs.extend(backends)
+    rt = router(backends, "--policy", "round_robin", "--explain", "--api-key", "k3y-s3cret")
+    procs.append(rt)
+
+    async def go():
+        async with aiohttp.ClientSession() as s:
+            for _ in range(2):
+                await complete(s, rt.url, headers={"Authorization": "Bearer k3y-s3cret"})
+
+    run(go())
+    assert rt.stop(signal.SIGTERM) == 0
+    log = rt.log.read_text()
+    routes = [line for line in log.splitlines() if " route /v1/completions attempt 1 -> " in line]
+    assert [r.split(" -> ")[1].split(":")[0:3] for r in routes] == [
+        backends[0].url.split(":"), backends[1].url.split(":")]
+    assert [r.split(": ", 1)[1] for r in routes] == ["round robin: turn 0 of 2",
+                                                      "round robin: turn 1 of 2"]
+    assert "k3y-s3cret" not in log

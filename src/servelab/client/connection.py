@@ -57,6 +57,10 @@ class AnswerSink(Protocol):
 
     def deliver(self, data: bytes, t: float) -> None: ...
 
+    def flush(self) -> None:
+        """The pieces of one socket read have all been delivered (the router writes them
+        to its client in one write)."""
+
     def finish(self, t: float) -> None: ...
 
     def fail(self, exc: BaseException) -> None: ...
@@ -85,6 +89,9 @@ class Exchange:
                 add(payload, t)
         elif len(self.error_body) < _ERROR_BODY_MAX:
             self.error_body += data[: _ERROR_BODY_MAX - len(self.error_body)]
+
+    def flush(self) -> None:
+        return None
 
     def finish(self, t: float) -> None:
         if self.status == 200:
@@ -162,6 +169,8 @@ class HttpConnection(asyncio.Protocol):
             self._left -= len(data)
             if self._left <= 0:
                 self._complete(ex, t)
+        if self._ex is ex:
+            ex.flush()
 
     # framing
     def _head(self, head: bytes, ex: AnswerSink) -> None:
@@ -305,7 +314,9 @@ class ConnectionPool:
     def take_idle(self) -> HttpConnection | None:
         while self._idle:
             conn = self._idle.pop()
-            if not conn.closed:
+            # A closing transport (the server hung up, connection_lost not yet run) would
+            # refuse the write: skip it like a closed one.
+            if not conn.closed and not (conn.transport is None or conn.transport.is_closing()):
                 conn.reused = True
                 return conn
         return None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
@@ -58,7 +59,7 @@ class RouterMetrics:
             f"decisions over the last {window_s:g} s (1 = even).", registry=r)
         hot.set_function(lambda: self.hotspot.factor(self._clock()))
         self._decision_children = [self.decisions.labels(policy, b) for b in backends]
-        self._in_flight_children = [self.in_flight.labels(b) for b in backends]
+        self._answered: dict[tuple[int, int], Any] = {}  # (backend index, status) -> child
         for b in backends:
             self.healthy.labels(b).set(1)
 
@@ -68,8 +69,19 @@ class RouterMetrics:
         if prefix_match_chars is not None:
             self.prefix_match.observe(prefix_match_chars)
 
-    def in_flight_changed(self, index: int, value: int) -> None:
-        self._in_flight_children[index].set(value)
+    def answered(self, index: int, status: int) -> None:
+        """A backend answered with HTTP `status` (children cached: labels() takes a lock)."""
+        child = self._answered.get((index, status))
+        if child is None:
+            child = self._answered[index, status] = self.requests.labels(
+                self._backends[index], str(status))
+        child.inc()
+
+    def watch_in_flight(self, in_flight: Callable[[int], int]) -> None:
+        """Read the in-flight gauges at scrape time: `in_flight(index)` is backend index's
+        live count (no gauge update per request)."""
+        for i, b in enumerate(self._backends):
+            self.in_flight.labels(b).set_function(lambda i=i: in_flight(i))
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

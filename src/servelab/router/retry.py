@@ -18,7 +18,13 @@ class RetryBudget:
         self._retries: deque[float] = deque()
 
     def record_request(self, now_s: float) -> None:
-        self._requests.append(now_s)
+        requests = self._requests
+        requests.append(now_s)
+        # Drop what left the window here too, not only when a retry is tried: without
+        # retries the deque would otherwise grow by one entry per request, forever.
+        horizon = now_s - self._window_s
+        while requests[0] < horizon:
+            requests.popleft()
 
     def try_spend(self, now_s: float) -> bool:
         """Take one retry if the budget allows; False when it is spent."""

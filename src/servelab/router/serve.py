@@ -1,18 +1,19 @@
 """Running the router until SIGTERM/SIGINT, then draining: stop accepting connections,
-let in-flight requests finish (up to `drain_timeout_s`), exit 0."""
+answer 503 to requests arriving on open ones, let in-flight requests finish (up to
+`drain_timeout_s`), exit 0."""
 
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import signal
 import socket
 import sys
 
-from aiohttp import web
-
 from servelab.errors import ServelabError
 from servelab.router.config import RouterConfig
+from servelab.router.httpserver import HttpServer
 from servelab.router.proxy import Router
 
 log = logging.getLogger("servelab.router")
@@ -33,12 +34,13 @@ def _listen(host: str, port: int) -> socket.socket:
 async def serve(config: RouterConfig) -> None:
     """Serve until a signal, then drain. Prints `listening on URL` once ready."""
     router = Router(config)
-    runner = web.AppRunner(router.app(), access_log=None, handle_signals=False,
-                           shutdown_timeout=config.drain_timeout_s)
-    await runner.setup()
+    await router.start()
+    # Everything allocated so far (modules, config, metrics) lives as long as the process:
+    # keep it out of the collector's full passes, which would otherwise walk it all.
+    gc.freeze()
+    server = HttpServer(router.handle, router.refused, max_body_bytes=config.max_body_bytes)
     sock = _listen(config.host, config.port)
-    site = web.SockSite(runner, sock, backlog=4096)
-    await site.start()
+    await server.start(sock, backlog=4096)
     host, port = sock.getsockname()[:2]
     healthy = sum(b.healthy for b in router.pool.backends)
     print(f"servelab route: policy {config.policy}, {healthy}/{len(router.pool)} backends "
@@ -49,12 +51,13 @@ async def serve(config: RouterConfig) -> None:
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
     print(f"servelab route: draining {router.active} requests", file=sys.stderr, flush=True)
-    await site.stop()  # closes the listening socket: new connections are refused
+    server.stop_listening()  # new connections are refused; requests on open ones get 503
     try:
         await asyncio.wait_for(router.drained(), timeout=config.drain_timeout_s)
     except asyncio.TimeoutError:
         log.warning("drain timeout: %d requests still in flight", router.active)
-    await runner.cleanup()
+    server.close()
+    await router.stop()
 
 
 def run(config: RouterConfig) -> None:

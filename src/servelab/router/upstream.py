@@ -2,13 +2,16 @@
 
 The upstream side is the client's own HTTP/1.1 connection (`servelab.client.connection`:
 keep-alive pool per backend, head and chunked framing parsed in `data_received`). An
-`UpstreamAnswer` is the sink it delivers into. Until `commit` the body is kept (the answer
-may still be retried or is relayed whole); after it, every body piece is written straight
-to the client's transport as one HTTP chunk from inside `data_received`: no StreamReader,
-no task wake-up, one socket write per body piece (one per upstream read, unless the
-backend's chunks arrive together). The relaying coroutine sleeps until the answer ends,
-fails, the client leaves, or the client is slow: then the upstream connection's reading
-is paused until the client's transport drains (backpressure).
+`UpstreamAnswer` is the sink it delivers into, and tells its `AnswerListener` (the
+request's `relay.Forwarding`) what happened, from the same callback: the first body piece
+of a stream is in hand (the listener commits the client's response there and then), or the
+answer settled (ended, failed, timed out, or the client left). Until `commit` the body is
+kept (the answer may still be retried or is relayed whole); after it, the body pieces of
+each upstream read are framed as HTTP chunks and written to the client's transport in one
+write at the end of that read (`flush`). The stream's end (the last pieces and the
+terminating chunk) is one write too. Backpressure is callbacks as well: when the client's
+socket buffer fills, reading from the backend stops (`pause`) until it drains (`resume`).
+No task, no future, no wake-up on the way.
 
 Of the head only the status and `Content-Type` are read; of the body only the chunk
 framing, and the last two pieces, where the relay looks for `[DONE]`.
@@ -17,8 +20,21 @@ framing, and the last two pieces, where the relay looks for `[DONE]`.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
+from typing import Protocol
 
 from servelab.client.connection import ConnectionPool, HttpConnection, StreamBroken
+from servelab.router.httpreply import Reply
+
+
+class AnswerListener(Protocol):
+    """Told by an `UpstreamAnswer` what happened, from inside the socket's callback."""
+
+    def first_piece(self, answer: UpstreamAnswer) -> None:
+        """A streamed (SSE) answer's first body bytes are in `answer.body`; not committed."""
+
+    def settled(self, answer: UpstreamAnswer) -> None:
+        """The answer ended, failed, or the client left; called once, last."""
 
 
 class UpstreamAnswer:
@@ -26,11 +42,11 @@ class UpstreamAnswer:
 
     __slots__ = (
         "status", "header_lines", "got_bytes", "body", "sse", "ended", "error", "client_left",
-        "paused", "pieces", "prev", "last", "_stream", "_conn", "_out", "_chunked", "_high",
-        "_waiter", "_timer",
+        "pieces", "prev", "last", "conn", "_stream", "_listener", "_reply", "_out", "_chunked",
+        "_pending", "_paused", "_timer", "_settled",
     )
 
-    def __init__(self, conn: HttpConnection, stream: bool) -> None:
+    def __init__(self, conn: HttpConnection, stream: bool, listener: AnswerListener) -> None:
         self.status = 0
         self.header_lines: list[bytes] = []
         self.got_bytes = False
@@ -39,16 +55,18 @@ class UpstreamAnswer:
         self.ended = False  # the backend framed the end of the answer
         self.error: BaseException | None = None
         self.client_left = False
-        self.paused = False  # upstream reading paused until the client's transport drains
         self.pieces = 0  # body pieces relayed after commit
         self.prev = self.last = b""  # the last two pieces (for the [DONE] check)
+        self.conn = conn
         self._stream = stream
-        self._conn = conn
-        self._out: asyncio.Transport | None = None
+        self._listener = listener
+        self._reply: Reply | None = None
+        self._out: asyncio.Transport | None = None  # the client's, after commit
         self._chunked = True
-        self._high = 0
-        self._waiter: asyncio.Future[None] | None = None
+        self._pending: list[bytes] = []  # framed pieces of the current read, not yet written
+        self._paused = False  # upstream reading paused until the client's socket drains
         self._timer: asyncio.TimerHandle | None = None
+        self._settled = False
 
     # -- AnswerSink (called from the upstream connection's data_received) ----------------
 
@@ -62,129 +80,163 @@ class UpstreamAnswer:
                     self.sse = value.strip().lower().startswith(b"text/event-stream")
 
     def deliver(self, data: bytes, t: float) -> None:
-        out = self._out
-        if out is None:
-            if not self.client_left:
-                self.body += data
-                if self.sse:
-                    self._wake()
+        if self._out is None:
+            if self._settled or not data:
+                return
+            first = not self.body
+            self.body += data
+            if first and self.sse:
+                self._listener.first_piece(self)  # commits: later pieces take the path below
             return
-        if out.is_closing():
-            self._client_gone()
+        if self.client_left or not data:
             return
-        out.write(b"%x\r\n%b\r\n" % (len(data), data) if self._chunked else data)
+        # Framed here, not by `Reply.frame`: this runs once per token.
+        self._pending.append(b"%x\r\n%b\r\n" % (len(data), data) if self._chunked else data)
         self.prev, self.last = self.last, data
         self.pieces += 1
-        if not self.paused and out.get_write_buffer_size() > self._high:
-            self.paused = True
-            transport = self._conn.transport
-            if transport is not None:
-                transport.pause_reading()
-            self._wake()
+
+    def flush(self) -> None:
+        """The end of one upstream read: its pieces go to the client in one write."""
+        pending = self._pending
+        if not pending:
+            return
+        out = self._out
+        assert out is not None
+        if out.is_closing():
+            self.client_gone()
+            return
+        out.write(pending[0] if len(pending) == 1 else b"".join(pending))
+        pending.clear()
 
     def finish(self, t: float) -> None:
+        if self._settled:
+            return
         self.ended = True
-        self._wake()
+        reply = self._reply
+        if reply is not None and not self.client_left:
+            if self.complete():  # the last pieces and the stream's end in one write
+                tail = b"".join(self._pending)
+                self._pending.clear()
+                reply.end(tail)
+            else:
+                self.flush()  # the listener adds the error event
+        self._settle()
 
     def fail(self, exc: BaseException) -> None:
-        if not self.ended and self.error is None:
-            self.error = exc
-            self._wake()
+        if self._settled or self.ended:
+            return
+        self.error = exc
+        if self._out is not None and not self.client_left:
+            self.flush()
+        self._settle()
 
-    # -- used by the relaying coroutine ---------------------------------------------------
+    # -- used by the listener and the client's connection -------------------------------------
 
-    def settled(self) -> bool:
-        """Whether the relaying coroutine has something to act on."""
-        return self.ended or self.error is not None or self.client_left or self.paused
+    def complete(self) -> bool:
+        """Whether the stream ended with `data: [DONE]` (else it was cut)."""
+        return b"[DONE]" in (self.prev + self.last)[-64:]
 
-    async def wait(self) -> None:
-        """Sleep until a callback wakes this answer (new state to look at)."""
-        self._waiter = asyncio.get_running_loop().create_future()
-        try:
-            await self._waiter
-        finally:
-            self._waiter = None
-
-    def arm(self, timeout_s: float) -> None:
-        """Fail the answer (and drop its connection) `timeout_s` from now."""
-        self._timer = asyncio.get_running_loop().call_later(timeout_s, self.time_out)
-
-    def disarm(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+    def arm(self, timeout_s: float, loop: asyncio.AbstractEventLoop) -> None:
+        """Fail the answer (and drop its connection) `timeout_s` from now. (The loop is
+        passed in: on Python 3.11 `get_running_loop()` costs a getpid system call.)"""
+        self._timer = loop.call_later(timeout_s, self.time_out)
 
     def time_out(self) -> None:
         """The per-request timeout fired: the answer fails and its connection is dropped."""
+        self.conn.abort()
         self.fail(asyncio.TimeoutError())
-        self._conn.abort()
 
-    def commit(self, out: asyncio.Transport, chunked: bool) -> None:
-        """From now on relay pieces straight to `out` (the client's transport; the head and
-        the first piece were already written). Pieces that came meanwhile go first."""
-        self._out = out
-        self._chunked = chunked
-        self._high = out.get_write_buffer_limits()[1]
-        pending, self.body = bytes(self.body), bytearray()
-        if pending:
-            self.deliver(pending, 0.0)
+    def commit(self, reply: Reply, headers: Iterable[tuple[str, str]]) -> None:
+        """Start the client's stream: its head with the body received so far, in one write;
+        from now on relay each read's pieces straight to the client's transport."""
+        first = bytes(self.body)
+        self.body = bytearray()
+        reply.start(self.status, headers, first)
+        self._reply = reply
+        self._out = reply.transport
+        self._chunked = reply.chunked
+        self.last = first
+        if reply.done:  # the client is gone already
+            self.client_gone()
+        elif reply.write_paused:
+            self.pause()
+
+    @property
+    def committed(self) -> bool:
+        return self._out is not None
+
+    def pause(self) -> None:
+        """The client's socket buffer is full: stop reading from the backend."""
+        transport = self.conn.transport
+        if not self._paused and transport is not None and not transport.is_closing():
+            self._paused = True
+            transport.pause_reading()
 
     def resume(self) -> None:
-        """The client's transport drained: read from the backend again."""
-        self.paused = False
-        transport = self._conn.transport
-        if transport is not None and not transport.is_closing():
+        """The client's socket buffer drained: read from the backend again."""
+        transport = self.conn.transport
+        if self._paused and transport is not None and not transport.is_closing():
+            self._paused = False
             transport.resume_reading()
 
     def client_gone(self) -> None:
         """The client cannot be written to: drop the upstream connection (its answer can
         no longer be read to the end, so it cannot be reused)."""
-        self._client_gone()
-
-    def drop(self) -> None:
-        """Abandon the answer (an error, a timeout, a cancellation): never reuse its
-        connection."""
-        self._conn.abort()
-
-    def _client_gone(self) -> None:
+        if self._settled:
+            return
         self.client_left = True
-        self._conn.abort()
-        self._wake()
+        self._pending.clear()
+        if self._reply is not None:
+            self._reply.abandon()
+        self.conn.abort()
+        self._settle()
 
-    def _wake(self) -> None:
-        w = self._waiter
-        if w is not None and not w.done():
-            w.set_result(None)
+    def _settle(self) -> None:
+        self._settled = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if not self.ended:
+            self.conn.abort()  # never reuse a connection whose answer was not read to the end
+        self._listener.settled(self)
 
 
-async def send(pool: ConnectionPool, request: bytes, stream: bool, connect_timeout_s: float,
-               timeout_s: float) -> UpstreamAnswer:
-    """Send `request` (encoded) on a kept-alive connection of `pool`, or a new one (at most
-    `connect_timeout_s` to connect), and return its answer once it is settled or, for a
-    stream, once its first body piece is in hand. The answer fails with TimeoutError
-    `timeout_s` after sending (whenever that is); the caller must `disarm` it.
+class _Resolve:
+    """An AnswerListener that resolves a future once the answer settles."""
 
-    A kept-alive connection the backend had closed fails without a byte: that request is
-    resent once on a new connection (not a backend error). Raises OSError or
-    asyncio.TimeoutError when the backend cannot be connected to.
-    """
+    def __init__(self, future: asyncio.Future[None]) -> None:
+        self._future = future
+
+    def first_piece(self, answer: UpstreamAnswer) -> None:
+        return None
+
+    def settled(self, answer: UpstreamAnswer) -> None:
+        if not self._future.done():
+            self._future.set_result(None)
+
+
+async def fetch(pool: ConnectionPool, request: bytes, connect_timeout_s: float,
+                timeout_s: float) -> UpstreamAnswer:
+    """Send `request` (encoded) and return its whole answer, settled (a coroutine, for the
+    rare requests that are not relayed: `GET /v1/models`). A kept-alive connection the
+    backend had closed is resent once on a new one. Raises OSError or asyncio.TimeoutError
+    when the backend cannot be connected to."""
     conn = pool.take_idle()
+    loop = asyncio.get_running_loop()
     for fresh in (conn is None, True):
         if fresh:
             conn = await asyncio.wait_for(pool.open(), connect_timeout_s)
         assert conn is not None
-        answer = UpstreamAnswer(conn, stream)
-        answer.arm(timeout_s)
+        done: asyncio.Future[None] = loop.create_future()
+        answer = UpstreamAnswer(conn, False, _Resolve(done))
+        answer.arm(timeout_s, loop)
         conn.start(request, answer)
         try:
-            while not (answer.sse and answer.body) and not answer.settled():
-                await answer.wait()
+            await done
         except BaseException:  # cancelled: nobody will read this answer
-            answer.disarm()
-            answer.drop()
+            answer.client_gone()
             raise
         err = answer.error
         if fresh or not (isinstance(err, StreamBroken) and err.retryable):
             return answer
-        answer.disarm()
     raise AssertionError("unreachable")
