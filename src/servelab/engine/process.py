@@ -57,19 +57,17 @@ class ReplicaCommand:
 
 def http_get(url: str, timeout_s: float = 2.0) -> tuple[int, bytes] | None:
     """GET `url`; (status, body), or None when nothing answered (refused, reset, timeout)."""
-    try:
-        with _OPENER.open(url, timeout=timeout_s) as resp:
-            return resp.status, resp.read()
-    except urllib.error.HTTPError as exc:
-        return exc.code, b""
-    except (OSError, ValueError):
-        return None
+    return _http(url, None, timeout_s)
 
 
 def http_post(url: str, timeout_s: float = 10.0) -> tuple[int, bytes] | None:
     """POST an empty body to `url`; (status, body), or None when nothing answered."""
-    request = urllib.request.Request(url, data=b"", method="POST")
+    return _http(url, b"", timeout_s)
+
+
+def _http(url: str, data: bytes | None, timeout_s: float) -> tuple[int, bytes] | None:
     try:
+        request = urllib.request.Request(url, data=data, method="GET" if data is None else "POST")
         with _OPENER.open(request, timeout=timeout_s) as resp:
             return resp.status, resp.read()
     except urllib.error.HTTPError as exc:
