@@ -58,6 +58,11 @@ async def serve(config: RouterConfig) -> None:
         log.warning("drain timeout: %d requests still in flight", router.active)
     server.close()
     await router.stop()
+    # Drained: a repeated SIGTERM from a supervisor must not turn the exit status into
+    # "killed" while the interpreter winds down (closing the loop would restore SIG_DFL).
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.remove_signal_handler(sig)
+        signal.signal(sig, signal.SIG_IGN)
 
 
 def run(config: RouterConfig) -> None:
