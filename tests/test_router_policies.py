@@ -163,14 +163,64 @@ def test_cache_aware_falls_back_when_imbalance_passes_both_thresholds():
         v[home], v[other] = h, o
         return views(v)
 
-    # +4 is not past the absolute threshold: stay.
-    assert p.choose(req(PREFIX_A + "q1"), loads(4, 0), 0.0).index == home
-    # +5 and 5 > 1.5 x 0: fall back.
-    d = p.choose(req(PREFIX_A + "q2"), loads(5, 0), 0.0)
-    assert d.index == other and "fell back" in d.reason
+    # Up to +4 is not past the absolute threshold: stay (A now has 5 in flight at home).
+    for k in range(1, 5):
+        assert p.choose(req(PREFIX_A + f"q{k}"), loads(k, 0), 0.0).index == home
+    # +5, 5 > 1.5 x 0, and 5 (> 4) of home's requests share the prefix: fall back.
+    d = p.choose(req(PREFIX_A + "q5"), loads(5, 0), 0.0)
+    assert d.index == other and "fell back" in d.reason and "5 of them sharing" in d.reason
     # Past the absolute threshold but not the relative one (25 <= 1.5 x 20): stay... on the
     # least loaded holder: both now hold the prefix, so the idler one wins the tie.
-    assert p.choose(req(PREFIX_A + "q3"), loads(25, 20), 0.0).index == other
+    assert p.choose(req(PREFIX_A + "q6"), loads(25, 20), 0.0).index == other
+
+
+def test_cache_aware_imbalance_of_other_prefixes_does_not_move_a_prefix():
+    # Home is 9 requests ahead, but only 1 of them shares A: the load is other prefixes',
+    # so A stays where it is cached (a fallback would copy A onto the other replica).
+    p = make_policy("cache_aware", random.Random(0),
+                    balance_abs_threshold=4, balance_rel_threshold=1.5)
+    home = p.choose(req(PREFIX_A + "q0"), views([0, 0]), 0.0).index
+    v = [0, 0]
+    v[home] = 9
+    d = p.choose(req(PREFIX_A + "q1"), views(v), 0.0)
+    assert d.index == home and "2 sharing" not in d.reason and "1 sharing it" in d.reason
+
+
+def test_cache_aware_counts_a_prefix_in_flight_until_finished():
+    p = make_policy("cache_aware", random.Random(0),
+                    balance_abs_threshold=4, balance_rel_threshold=1.5)
+    sent = [req(PREFIX_A + f"q{k}") for k in range(5)]
+    home = p.choose(sent[0], views([0, 0]), 0.0).index
+    for r in sent[1:]:
+        assert p.choose(r, views([0, 0]), 0.0).index == home
+    v = [0, 0]
+    v[home] = 9
+    # One of the five finishes: 4 share A, not more than the threshold: stay.
+    p.on_finished(home, sent[0], 10.0, 1.0, True, 0.0)
+    assert p.choose(req(PREFIX_A + "x"), views(v), 0.0).index == home
+    # That one makes 5 again: now A is what piles up, and it spreads.
+    assert p.choose(req(PREFIX_A + "y"), views(v), 0.0).index == 1 - home
+
+
+def test_cache_aware_noise_imbalance_keeps_one_home_per_prefix():
+    # Known answer: 8 cold prefixes over 2 replicas, loads swinging 12 vs 2 either way
+    # (past both thresholds), each request finished before the next: no prefix ever has
+    # more than one request in flight, so no fallback fires and every prefix keeps the one
+    # replica it was first sent to.
+    p = make_policy("cache_aware", random.Random(0),
+                    balance_abs_threshold=4, balance_rel_threshold=1.5)
+    prefixes = [chr(ord("a") + k) * 256 for k in range(8)]
+    homes: dict[int, set[int]] = {k: set() for k in range(8)}
+    rng = random.Random(1)
+    for step in range(400):
+        k = rng.randrange(8)
+        r = req(prefixes[k] + f"q{step}")
+        load = [12, 2] if step % 2 else [2, 12]
+        d = p.choose(r, views(load), 0.0)
+        homes[k].add(d.index)
+        p.on_finished(d.index, r, 10.0, 1.0, True, 0.0)
+    assert all(len(h) == 1 for h in homes.values())
+    assert {next(iter(h)) for h in homes.values()} == {0, 1}
 
 
 def test_cache_aware_relative_threshold_alone_does_not_trigger():
