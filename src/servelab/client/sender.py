@@ -87,7 +87,9 @@ class ScheduleSender:
                 f"cannot reach {self.target.base_url}: {(exc.strerror or str(exc)).lower()}"
             ) from None
 
-    def _encode(self, requests: Sequence[RequestSpec]) -> list[bytes]:
+    def encode(self, requests: Sequence[RequestSpec]) -> list[bytes]:
+        """The requests' HTTP messages; call it before t0 (JSON for a few hundred long
+        prompts takes tens of milliseconds, which would delay the first wave)."""
         t = self.target
         return [
             self._pool.encode(t.endpoint, self._headers, t.backend.body(s, t.model, t.ignore_eos, t.sampling))
@@ -96,7 +98,7 @@ class ScheduleSender:
 
     async def warmup(self, requests: Sequence[RequestSpec], t0: float) -> list[RequestRecord]:
         """Send `requests` (each awaited, capped like the run); records marked warmup."""
-        bodies = self._encode(requests)
+        bodies = self.encode(requests)
         sem = asyncio.Semaphore(self.max_concurrency or max(1, len(requests)))
 
         async def one(spec: RequestSpec, body: bytes) -> RequestRecord:
@@ -110,15 +112,16 @@ class ScheduleSender:
     async def run(
         self,
         requests: Sequence[RequestSpec],
+        bodies: Sequence[bytes],
         intended_s: Sequence[float],
         t0: float,
         stop: asyncio.Event | None = None,
     ) -> list[RequestRecord]:
-        """Send `requests[i]` at `t0 + intended_s[i]`; return one record per request sent,
-        in schedule order. Returns early (in-flight requests cancelled) when `stop` is set."""
-        if len(requests) != len(intended_s):
-            raise ValueError("requests and intended_s differ in length")
-        bodies = self._encode(requests)
+        """Send `requests[i]` (`bodies[i]`, from `encode`) at `t0 + intended_s[i]`; return
+        one record per request sent, in schedule order. Returns early (in-flight requests
+        cancelled) when `stop` is set."""
+        if not len(requests) == len(bodies) == len(intended_s):
+            raise ValueError("requests, bodies and intended_s differ in length")
         tasks: list[asyncio.Task[RequestRecord]] = []
         schedule = asyncio.ensure_future(self._schedule(requests, bodies, intended_s, t0, tasks))
 
@@ -281,6 +284,7 @@ async def send_schedule(
         warm = warmup_requests(requests, num_warmups)
         t_warm = clock()
         records = await sender.warmup(warm, t_warm) if warm else []
+        bodies = sender.encode(requests)
         t0 = clock()
         for r in records:  # warm-up times relative to the run's t0 (negative)
             r.send_s -= t0 - t_warm
@@ -288,5 +292,5 @@ async def send_schedule(
         sender.status = SendStatus()
         if on_start is not None:
             on_start(t0)
-        records.extend(await sender.run(requests, intended_s, t0, stop))
+        records.extend(await sender.run(requests, bodies, intended_s, t0, stop))
         return records

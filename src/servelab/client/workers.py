@@ -80,6 +80,7 @@ async def _child_run(
             await sender.preopen(min(cap or n, n, PREOPEN_MAX))
             t_warm = time.perf_counter()
             warm = await sender.warmup(warmups, t_warm) if warmups else []
+            bodies = sender.encode(requests)
             conn.send(("ready", None))
             kind, t0 = await loop.run_in_executor(None, conn.recv)
             if kind != "go":
@@ -100,7 +101,7 @@ async def _child_run(
                     conn.send(("progress", (s.done, s.failed, s.in_flight, s.output_tokens)))
 
             reporter = asyncio.ensure_future(report())
-            records = await sender.run(requests, intended_s, t0, stop)
+            records = await sender.run(requests, bodies, intended_s, t0, stop)
             reporter.cancel()
             conn.send(("records", warm + records))
     except ServelabError as exc:

@@ -178,6 +178,8 @@ async def _send_split(targets: list[TargetConfig], requests: Sequence[RequestSpe
         t_warm = clock()
         warm_lists = await asyncio.gather(*(s.warmup(warm_specs[k::n], t_warm)
                                             for k, s in enumerate(senders)))
+        subsets = [[requests[i] for i in shares[k]] for k in range(n)]
+        bodies = [s.encode(subsets[k]) for k, s in enumerate(senders)]
         await before_t0()
         t0 = clock()
         warm = [r for lst in warm_lists for r in lst]
@@ -187,7 +189,7 @@ async def _send_split(targets: list[TargetConfig], requests: Sequence[RequestSpe
         for s in senders:
             s.status = SendStatus()
         runs = await asyncio.gather(*(
-            s.run([requests[i] for i in shares[k]], [intended_s[i] for i in shares[k]], t0)
+            s.run(subsets[k], bodies[k], [intended_s[i] for i in shares[k]], t0)
             for k, s in enumerate(senders)))
         t_end = clock()
     finally:
