@@ -130,6 +130,25 @@ def test_requests_metrics_and_stats_line(served: Served) -> None:
                for line in served.lines)
 
 
+@pytest.mark.parametrize("processes", ["1", "2"])
+def test_bench_server_counters_leave_the_warmups_out(served: Served, tmp_path, processes: str) -> None:
+    # Known answer: 12 measured requests of 8 tokens each; the 4 warm-ups (8 tokens each
+    # too) are sent before t0 and must not be in the server-side deltas.
+    proc = subprocess.run(
+        [sys.executable, "-m", "servelab", "bench", "--base-url", served.url, "--model", NAME,
+         "--dataset-name", "random", "--random-input-len", "32", "--random-output-len", "8",
+         "--num-prompts", "12", "--num-warmups", "4", "--max-concurrency", "4",
+         "--num-client-processes", processes, "--ignore-eos", "--no-progress",
+         "--save-result", "--result-dir", str(tmp_path), "--result-filename", "r.json"],
+        capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    r = json.loads((tmp_path / "r.json").read_text())
+    server = r["servelab"]["server_metrics"]
+    assert r["total_output_tokens"] == 12 * 8
+    assert server["generation_tokens_delta"] == 12 * 8
+    assert server["prompt_tokens_delta"] == r["total_input_tokens"]
+
+
 def test_sigterm_exits_zero(served: Served) -> None:
     served.proc.send_signal(signal.SIGTERM)
     assert served.proc.wait(timeout=30) == 0

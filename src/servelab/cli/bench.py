@@ -106,15 +106,17 @@ async def _send(target: TargetConfig, work: Workload, intended: list[float],
                 await scraper.run(scrape_stop)
             scraping.append(asyncio.ensure_future(sample_later()))
 
+    # The "before" sample follows the warm-ups, so the server's counters leave them out.
+    before_t0 = scraper.scrape_once if scraper is not None else None
     try:
         if processes > 1:
             records = await send_schedule_processes(
                 target, work.requests, intended, processes, max_concurrency, num_warmups,
-                progress.update, stop, on_start=on_start)
+                progress.update, stop, on_start=on_start, before_t0=before_t0)
         else:
             records = await send_schedule(
                 target, work.requests, intended, max_concurrency, num_warmups,
-                progress.update, stop=stop, on_start=on_start)
+                progress.update, stop=stop, on_start=on_start, before_t0=before_t0)
     finally:
         loop.remove_signal_handler(signal.SIGINT)
     t_end = time.perf_counter()
@@ -137,7 +139,6 @@ async def _run(target: TargetConfig, work: Workload, intended: list[float],
     gpu = GpuSampler(SCRAPE_INTERVAL_S) if local else None
     async with aiohttp.ClientSession() as session:
         scraper = MetricsScraper(session, target.base_url, SCRAPE_INTERVAL_S)
-        await scraper.scrape_once()  # before the run
         if gpu is not None:
             gpu.start()
         with LiveProgress(len(work.requests), progress_on) as progress:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from servelab.client.connection import ConnectionPool, Exchange, StreamBroken
@@ -269,14 +269,17 @@ async def send_schedule(
     clock: Callable[[], float] = time.perf_counter,
     stop: asyncio.Event | None = None,
     on_start: Callable[[float], None] | None = None,
+    before_t0: Callable[[], Awaitable[object]] | None = None,
 ) -> list[RequestRecord]:
     """Send `requests` on their schedule (`intended_s`, seconds after t0) to `target`.
 
     Opens the connections and sends `num_warmups` warm-ups (the first requests with a marker in front: `servelab.workload.warmup`)
     before t0, never has more than `max_concurrency` requests in flight, and returns the
-    warm-up records (`warmup=True`) followed by one record per request sent. `on_start`
-    is called with t0 (on `clock`) just before the first request is due; setting `stop`
-    ends the run early (see the module docstring).
+    warm-up records (`warmup=True`) followed by one record per request sent. `before_t0`
+    is awaited after the warm-ups, just before t0 is taken (where a caller reads the
+    server's counters, so that they leave the warm-ups out); `on_start` is called with t0
+    (on `clock`) just before the first request is due; setting `stop` ends the run early
+    (see the module docstring).
     """
     async with ScheduleSender(target, max_concurrency, on_progress, clock) as sender:
         n = len(requests)
@@ -285,6 +288,8 @@ async def send_schedule(
         t_warm = clock()
         records = await sender.warmup(warm, t_warm) if warm else []
         bodies = sender.encode(requests)
+        if before_t0 is not None:
+            await before_t0()
         t0 = clock()
         for r in records:  # warm-up times relative to the run's t0 (negative)
             r.send_s -= t0 - t_warm

@@ -18,7 +18,7 @@ import asyncio
 import multiprocessing as mp
 import signal
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from multiprocessing.connection import Connection, wait
 
 from servelab.client.sender import PREOPEN_MAX, OnProgress, ScheduleSender, SendStatus
@@ -119,6 +119,7 @@ async def send_schedule_processes(
     stop: asyncio.Event | None = None,
     clock: Callable[[], float] = time.perf_counter,
     on_start: Callable[[float], None] | None = None,
+    before_t0: Callable[[], Awaitable[object]] | None = None,
 ) -> list[RequestRecord]:
     """Like `send_schedule`, over `num_processes` client processes (see the module doc).
 
@@ -159,6 +160,8 @@ async def send_schedule_processes(
             for conn in pipes:
                 conn.send(("halt", None))
             return []
+        if before_t0 is not None:
+            await before_t0()
         t0 = clock() + START_LEAD_S
         if on_start is not None:
             on_start(t0)
