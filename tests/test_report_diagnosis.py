@@ -131,3 +131,48 @@ def test_replicas_combine_peaks_means_and_counters() -> None:
                                  peak_kv_usage=0.9, preemptions=3.0, prefix_hit_rate=pytest.approx(0.3))
     assert ServerFigures.over_replicas([a, b], preemptions=7.0).preemptions == 7.0
     assert ServerFigures.over_repetitions([a, b]).preemptions == 2.0
+
+
+def _routed_cell(arm: str, out_tok_s: float, hit_rates: list[float]) -> dict:
+    """A cell of an arm with one replica per entry of `hit_rates` (summary keys only)."""
+    return {
+        "cell": {"arm": arm, "workload": "prefix", "load": "c64", "concurrency": 64,
+                 "request_rate": "inf"},
+        "result": {"total_token_throughput": 1.0, "output_throughput": out_tok_s,
+                   "request_throughput": 1.0, "mean_ttft_ms": 100.0, "mean_itl_ms": 20.0,
+                   "mean_tpot_ms": 20.0, "duration": 10.0, "completed": 10, "failed": 0},
+        "servers": [{"available": True, "max_num_requests_waiting": 0.0,
+                     "mean_num_requests_waiting": 0.0, "max_num_requests_running": 32.0,
+                     "peak_kv_cache_usage_perc": 0.5, "preemptions_delta": 0.0,
+                     "prefix_cache_hit_rate": h} for h in hit_rates],
+    }
+
+
+def test_routing_is_named_when_another_policy_on_the_same_engines_hits_more(tmp_path: Path) -> None:
+    two = {"replicas": 2, "gpus": [0, 1], "args": {}}
+    arms = [{"name": "rr", "baseline": True, "routing": "round_robin", **two},
+            {"name": "cache", "routing": "cache_aware", **two},
+            {"name": "near", "routing": "random", **two},
+            # Other engines (TP2): never compared, however high its hit rate.
+            {"name": "tp2", "tensor_parallel_size": 2, "gpus": [0, 1], "args": {}}]
+    manifest = {"baseline": "rr", "planner": {},
+                "spec": {"arms": arms, "workloads": [{"name": "prefix"}]}}
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    cells = {"rr": _routed_cell("rr", 1000.0, [0.2, 0.4]),
+             "cache": _routed_cell("cache", 2200.0, [0.85, 0.89]),
+             "near": _routed_cell("near", 1900.0, [0.8, 0.8]),
+             "tp2": _routed_cell("tp2", 3000.0, [0.99])}
+    for arm, cell in cells.items():
+        path = tmp_path / "cells" / arm / "prefix" / "c64.json"
+        path.parent.mkdir(parents=True)
+        path.write_text(json.dumps(cell))
+    by_arm = {a.arm: a.lines for a in diagnose_arms(load_experiment(tmp_path))}
+    routing = {arm: [x for x in lines if x.startswith("routing:")] for arm, lines in by_arm.items()}
+    # rr: 30 % against the best same-engine arm, cache's 87 % (2.2x the output tok/s).
+    assert routing["rr"] == [
+        "routing: prefix cache hit rate 30 % behind round_robin vs 87 % for arm cache "
+        "(cache_aware) on the same engines and traffic, with 2.20x the output tok/s: "
+        "round_robin sends a prefix to any replica, so every cache holds every prefix and "
+        "they crowd each other out"]
+    # near (80 %) is within 10 points of cache (87 %); cache is the best; tp2 has one replica.
+    assert routing["near"] == routing["cache"] == routing["tp2"] == []

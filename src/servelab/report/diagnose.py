@@ -11,7 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from servelab.diagnosis import Ceiling, Diagnosis, DiagnosisInput, diagnose
-from servelab.report.data import CellFigures, ExperimentData
+from servelab.experiment.spec import DIRECT
+from servelab.report.data import ArmInfo, CellFigures, ExperimentData
+
+# Prefix-cache hit rate (fraction) by which another routing of the same engines must beat
+# an arm's before the diagnosis names routing as a cause.
+ROUTING_HIT_GAP = 0.10
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +48,41 @@ def _heaviest(data: ExperimentData, arm: str, workload: str) -> CellFigures | No
     return max(cells, key=lambda c: c.x_value) if cells else None
 
 
+def _routing(arm: ArmInfo) -> str:
+    return str(arm.spec.get("routing") or DIRECT)
+
+
+def _engines(arm: ArmInfo) -> dict[str, object]:
+    """What the arm launches: its spec less its name, baseline flag and routing."""
+    return {k: v for k, v in arm.spec.items() if k not in ("name", "baseline", "routing")}
+
+
+def routing_line(data: ExperimentData, c: CellFigures) -> str | None:
+    """Names routing as a cause when another arm on the same engines (replicas behind a
+    different policy) hit the prefix cache `ROUTING_HIT_GAP` more on the same traffic: a
+    policy that sends a prefix to every replica makes every cache hold every prefix."""
+    me = data.arm_info(c.arm)
+    mine = c.server.prefix_hit_rate
+    if int(me.spec.get("replicas") or 1) < 2 or mine is None:
+        return None
+    best: tuple[ArmInfo, CellFigures, float] | None = None
+    for other in data.arms:
+        if other.name == c.arm or _engines(other) != _engines(me):
+            continue
+        oc = data.cell(other.name, c.workload, c.load)
+        hit = oc.server.prefix_hit_rate if oc is not None else None
+        if oc is not None and hit is not None and (best is None or hit > best[2]):
+            best = (other, oc, hit)
+    if best is None or best[2] - mine < ROUTING_HIT_GAP:
+        return None
+    other, oc, hit = best
+    return (f"routing: prefix cache hit rate {100 * mine:.0f} % behind {_routing(me)} vs "
+            f"{100 * hit:.0f} % for arm {other.name} ({_routing(other)}) on the same engines "
+            f"and traffic, with {oc.output_tok_s / c.output_tok_s:.2f}x the output tok/s: "
+            f"{_routing(me)} sends a prefix to any replica, so every cache holds every prefix "
+            f"and they crowd each other out")
+
+
 def diagnose_cell(data: ExperimentData, c: CellFigures) -> Diagnosis:
     """One cell's diagnosis; its first line names the workload and load."""
     base = data.cell(data.baseline, c.workload, c.load)
@@ -52,7 +92,9 @@ def diagnose_cell(data: ExperimentData, c: CellFigures) -> Diagnosis:
         mean_itl_ms=c.mean_itl_ms, mean_ttft_ms=c.mean_ttft_ms, roofline=c.roofline,
         failed=c.failed, baseline_ttft_ms=base_ttft))
     first, *rest = d.lines
-    return Diagnosis(d.kind, (f"{c.workload} at {c.load}: {first}", *rest))
+    routing = routing_line(data, c)
+    more = (routing,) if routing is not None else ()
+    return Diagnosis(d.kind, (f"{c.workload} at {c.load}: {first}", *rest, *more))
 
 
 def diagnose_arms(data: ExperimentData) -> list[ArmDiagnosis]:
