@@ -176,3 +176,17 @@ def test_routing_is_named_when_another_policy_on_the_same_engines_hits_more(tmp_
         "they crowd each other out"]
     # near (80 %) is within 10 points of cache (87 %); cache is the best; tp2 has one replica.
     assert routing["near"] == routing["cache"] == routing["tp2"] == []
+
+
+def test_replicas_pool_the_hit_rate_by_queried_tokens() -> None:
+    # Known answer, the H200 round-robin cell at c64 (docs/validation/h200x2-router-2026-11-30):
+    # replica 0 thrashed (20.3 % of 1,000 tokens queried), replica 1 did not (50.7 % of 400):
+    # pooled (203 + 202.8) / 1,400 = 29.0 %, not the 35.5 % average of the two rates.
+    a = ServerFigures(prefix_hit_rate=0.203, prefix_queries=1000.0)
+    b = ServerFigures(prefix_hit_rate=0.507, prefix_queries=400.0)
+    both = ServerFigures.over_replicas([a, b])
+    assert both.prefix_hit_rate == pytest.approx((203.0 + 202.8) / 1400.0)
+    assert both.prefix_queries == 1400.0
+    # A replica without a query count (SGLang's gauge): the plain average.
+    c = ServerFigures(prefix_hit_rate=0.507)
+    assert ServerFigures.over_replicas([a, c]).prefix_hit_rate == pytest.approx(0.355)

@@ -164,6 +164,11 @@ class ServerSeries:
         return _counter_delta(self.samples, "generation_tokens_total")
 
     @property
+    def prefix_cache_queries_delta(self) -> float | None:
+        """Prompt tokens looked up in the prefix cache over the run (vLLM's counter)."""
+        return _counter_delta(self.samples, "prefix_cache_queries_total")
+
+    @property
     def prefix_cache_hit_rate(self) -> float | None:
         """Hits / queries over the run (counter deltas); None when nothing was queried."""
         queries = _counter_delta(self.samples, "prefix_cache_queries_total")
@@ -187,6 +192,7 @@ class ServerSeries:
             "mean_num_requests_running": self.mean_num_requests_running,
             "preemptions_delta": self.preemptions_delta,
             "prefix_cache_hit_rate": self.prefix_cache_hit_rate,
+            "prefix_cache_queries_delta": self.prefix_cache_queries_delta,
             "prompt_tokens_delta": self.prompt_tokens_delta,
             "generation_tokens_delta": self.generation_tokens_delta,
             "series": {

@@ -3,7 +3,10 @@
 Per replica the figures come from its `ServerSeries` (live, or rebuilt from a stored
 `to_json_dict` so files written before a figure existed still get it). Over replicas the
 gauges' peaks take the largest, the means (per replica: `max_num_seqs` is a per-engine
-cap) and the prefix-cache hit rate the average, and preemptions are summed.
+cap) take the average, preemptions are summed, and the prefix-cache hit rate is pooled:
+hits over queries of all replicas (weighted by each one's queried tokens; the plain
+average where a replica's query count is unknown, e.g. SGLang's hit-rate gauge), since
+a replica that thrashes also re-queries more.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ class ServerFigures:
     peak_kv_usage: float | None = None  # fraction 0..1
     preemptions: float | None = None
     prefix_hit_rate: float | None = None  # fraction 0..1
+    prefix_queries: float | None = None  # tokens looked up in the prefix cache
 
     @classmethod
     def of_series(cls, s: ServerSeries) -> ServerFigures:
@@ -51,7 +55,8 @@ class ServerFigures:
         return cls(max_waiting=s.max_num_requests_waiting, mean_waiting=s.mean_num_requests_waiting,
                    max_running=s.max_num_requests_running, mean_running=s.mean_num_requests_running,
                    peak_kv_usage=s.peak_kv_cache_usage_perc, preemptions=s.preemptions_delta,
-                   prefix_hit_rate=s.prefix_cache_hit_rate)
+                   prefix_hit_rate=s.prefix_cache_hit_rate,
+                   prefix_queries=s.prefix_cache_queries_delta)
 
     @classmethod
     def of_stored(cls, data: dict[str, Any]) -> ServerFigures:
@@ -67,7 +72,8 @@ class ServerFigures:
                    mean_running=data.get("mean_num_requests_running"),
                    peak_kv_usage=data.get("peak_kv_cache_usage_perc"),
                    preemptions=data.get("preemptions_delta"),
-                   prefix_hit_rate=data.get("prefix_cache_hit_rate"))
+                   prefix_hit_rate=data.get("prefix_cache_hit_rate"),
+                   prefix_queries=data.get("prefix_cache_queries_delta"))
 
     @classmethod
     def over_replicas(cls, replicas: Sequence[ServerFigures],
@@ -97,5 +103,19 @@ def _combine(figs: Sequence[ServerFigures],
         mean_running=_mean([f.mean_running for f in figs]),
         peak_kv_usage=_peak([f.peak_kv_usage for f in figs]),
         preemptions=preemptions([f.preemptions for f in figs]),
-        prefix_hit_rate=_mean([f.prefix_hit_rate for f in figs]))
+        prefix_hit_rate=_pooled_hit_rate(figs),
+        prefix_queries=preemptions([f.prefix_queries for f in figs]))
+
+
+def _pooled_hit_rate(figs: Sequence[ServerFigures]) -> float | None:
+    """Hits / queries over all of `figs`; the plain mean where a query count is missing."""
+    rated = [f for f in figs if f.prefix_hit_rate is not None]
+    if not rated:
+        return None
+    if any(f.prefix_queries is None for f in rated):
+        return _mean([f.prefix_hit_rate for f in rated])
+    queries = sum(f.prefix_queries or 0.0 for f in rated)
+    if queries <= 0:
+        return _mean([f.prefix_hit_rate for f in rated])
+    return sum((f.prefix_hit_rate or 0.0) * (f.prefix_queries or 0.0) for f in rated) / queries
 
