@@ -3,13 +3,13 @@
 Requests are sent over HTTP on a seeded Poisson schedule to a real-time server; the server
 reports each request's arrival (simulated seconds) in a response header. The same requests
 with those arrivals go through `servelab.sim.offline.simulate` on a fresh engine of the
-same shape. Every token the HTTP client receives must arrive at its offline time plus the
-delivery latency: never early (the server sleeps until a step's end before sending, so an
-early token means the schedules differ), and late by at most the timer resolution and a
-socket hop. A schedule that diverged would move some request by a whole step (>= 10 ms).
-
-The simulated clock runs at half wall speed so that a scheduler hiccup of the shared test
-machine (another process holding the core for ~10 ms) counts half in simulated time.
+same shape. Known answers, exact: the server's own latency histograms (`/metrics`,
+observed at each step's simulated end) hold, summed over the requests, the same TTFT, ITL
+and end-to-end seconds as the offline records: the two schedules are the same step for
+step. And every token the HTTP client receives arrives no earlier than its offline time
+(the server sleeps until a step's end before sending). How late it arrives is the event
+loop's and the machine's business (a 2-core CI machine has held a token 44 ms), so it is
+not asserted.
 """
 
 from __future__ import annotations
@@ -17,12 +17,12 @@ from __future__ import annotations
 import asyncio
 import json
 import random
-import statistics
 
 from collections.abc import Callable
 
 import aiohttp
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from servelab.client.sse import DONE, SSEParser
 from servelab.sim.cluster import Cluster, NetworkCosts
@@ -32,13 +32,6 @@ from servelab.sim.server import ARRIVAL_HEADER
 from test_sim_server import COST, MODEL, engine_config, serving
 
 TIME_SCALE = 0.5
-# Wake-up plus socket latency, in simulated ms: typical (median) and the 95th percentile on a
-# busy machine. The largest is not bounded: another process can hold the only free core for
-# tens of ms at any moment (seen: one token 63 ms late with CI and three builds sharing 2
-# cores); being late is the timer's resolution, while being early would mean the schedules
-# differ, and that is checked on every token.
-TYPICAL_LATE_MS = 3.0
-P95_LATE_MS = 20.0
 
 
 def _schedule(n: int, seed: int) -> tuple[list[float], list[tuple[int, ...]], list[int]]:
@@ -53,8 +46,9 @@ def _schedule(n: int, seed: int) -> tuple[list[float], list[tuple[int, ...]], li
 
 
 async def _online(engine: SimEngine, sends: list[float], prompts: list[tuple[int, ...]],
-                  outs: list[int]) -> list[tuple[float, list[float]]]:
-    """(arrival_s, token receipt times) per request, in the server's simulated seconds."""
+                  outs: list[int]) -> tuple[list[tuple[float, list[float]]], dict[str, float]]:
+    """(arrival_s, token receipt times) per request, in the server's simulated seconds, and
+    the server's /metrics samples (name -> value) once every request is answered."""
     async with serving(time_scale=TIME_SCALE, engine=engine) as (server, session, url):
         clock = server.driver.clock
         start = clock.now_s()
@@ -74,7 +68,12 @@ async def _online(engine: SimEngine, sends: list[float], prompts: list[tuple[int
                             times.append(now)
             return arrival, times
 
-        return list(await asyncio.gather(*(one(i) for i in range(len(sends)))))
+        answers = list(await asyncio.gather(*(one(i) for i in range(len(sends)))))
+        async with session.get(url + "/metrics") as resp:
+            text = await resp.text()
+        samples = {s.name: s.value for fam in text_string_to_metric_families(text)
+                   for s in fam.samples if not s.labels.keys() - {"model_name", "engine"}}
+        return answers, samples
 
 
 def _round_number_engine() -> SimEngine:
@@ -92,14 +91,13 @@ def _catalog_engine() -> SimEngine:
 def test_online_timings_match_the_offline_driver(make_engine: Callable[[], SimEngine]) -> None:
     sends, prompts, outs = _schedule(16, seed=7)
     engine = make_engine()
-    online = asyncio.run(_online(engine, sends, prompts, outs))
+    online, metrics = asyncio.run(_online(engine, sends, prompts, outs))
     arrivals = [a for a, _ in online]
     # A fresh engine of the same shape and cost (empty KV cache and counters).
     cluster = Cluster([SimEngine(engine.config, engine.cost)], None, NetworkCosts(0.0, 0.0))
     requests = [OfflineRequest(i, prompts[i], outs[i]) for i in range(len(prompts))]
     offline = simulate(cluster, requests, arrivals).records
 
-    lateness_ms = []
     for i, ((arrival, times), rec) in enumerate(zip(online, offline)):
         assert len(times) == outs[i] == rec.output_len, i
         assert rec.ttft_ms is not None
@@ -107,10 +105,20 @@ def test_online_timings_match_the_offline_driver(make_engine: Callable[[], SimEn
         for gap in rec.itl_ms:
             want.append(want[-1] + gap)
         for k, (got_s, want_ms) in enumerate(zip(times, want)):
-            late = (got_s - arrival) * 1e3 - want_ms
-            assert late >= -0.01, (i, k, late)
-            lateness_ms.append(late)
-    assert statistics.median(lateness_ms) <= TYPICAL_LATE_MS
-    assert statistics.quantiles(lateness_ms, n=20)[-1] <= P95_LATE_MS
+            assert (got_s - arrival) * 1e3 - want_ms >= -0.01, (i, k)
+    # The server's step-end times, summed per histogram, are the offline schedule's, up to
+    # the arrival header's printed precision (1 us, which an idle engine's next step
+    # inherits); a schedule that differed would move a sum by a whole step (ms).
+    n = len(offline)
+    tol = n * 1e-6
+    assert metrics["vllm:time_to_first_token_seconds_count"] == n
+    assert metrics["vllm:time_to_first_token_seconds_sum"] == pytest.approx(
+        sum(r.ttft_ms or 0.0 for r in offline) / 1e3, rel=0.0, abs=tol)
+    assert metrics["vllm:inter_token_latency_seconds_count"] == sum(len(r.itl_ms) for r in offline)
+    assert metrics["vllm:inter_token_latency_seconds_sum"] == pytest.approx(
+        sum(g for r in offline for g in r.itl_ms) / 1e3, rel=0.0, abs=tol)
+    assert metrics["vllm:e2e_request_latency_seconds_sum"] == pytest.approx(
+        sum(r.ttft_ms + sum(r.itl_ms) for r in offline if r.ttft_ms is not None) / 1e3,
+        rel=0.0, abs=tol)
     # Requests overlapped (batched steps), so arrivals mid-step were exercised.
     assert any(online[j][0] < online[i][1][-1] for i in range(len(online)) for j in range(i + 1, len(online)))
