@@ -89,3 +89,50 @@ def test_only_the_named_arm_and_loads_are_fitted_and_bad_names_are_refused(tmp_p
     assert bad.returncode == 2 and "--cells c3" in bad.stderr + bad.stdout
     assert "Traceback" not in bad.stderr
     json.loads(out.read_text())  # the earlier fit was not clobbered by a refused call
+
+
+SPLIT_SPEC = """\
+name: split
+engine: sim
+hardware: {gpu: H200}
+model: Qwen/Qwen3-0.6B
+arms:
+  - name: direct
+    replicas: 2
+  - name: routed
+    replicas: 2
+    routing: round_robin
+workloads:
+  - name: rnd
+    dataset_name: random
+    random_input_len: 256
+    random_output_len: 24
+loads:
+  concurrency: [5]
+  num_prompts: 23
+  num_warmups: 3
+seed: 9
+"""
+
+
+def test_calibration_re_simulates_each_arm_as_the_experiment_ran_it(tmp_path: Path) -> None:
+    # Known answer: re-simulating a simulated experiment's cells with the calibration it ran
+    # with reproduces every fit metric exactly, a direct arm too (the client's split: odd
+    # request, cap and warm-up counts, so the replicas' shares differ), not behind a router.
+    from dataclasses import replace
+
+    from servelab.sim.calibrate import simulated_metrics
+    from servelab.sim.experiment_targets import experiment_targets
+
+    spec_path = tmp_path / "split.yaml"
+    spec_path.write_text(SPLIT_SPEC)
+    run_experiment(load_spec(spec_path), tmp_path / "run")
+    targets = {t.name: t for t in experiment_targets(tmp_path / "run")}
+    assert set(targets) == {"direct/rnd/c5", "routed/rnd/c5"}
+    assert targets["direct/rnd/c5"].direct and not targets["routed/rnd/c5"].direct
+    for t in targets.values():
+        assert t.options is not None
+        got = simulated_metrics(replace(t.options, calibration=default_calibration("H200")), t)
+        assert got == pytest.approx(t.measured, rel=1e-9), t.name
+    # The two arms' traffic differs in where it goes, so their figures differ.
+    assert targets["direct/rnd/c5"].measured != targets["routed/rnd/c5"].measured

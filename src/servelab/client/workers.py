@@ -19,6 +19,7 @@ import multiprocessing as mp
 import signal
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 
 from servelab.client.sender import PREOPEN_MAX, OnProgress, ScheduleSender, SendStatus
@@ -46,6 +47,27 @@ def split_cap(cap: int | None, n: int) -> list[int | None]:
     if cap is None:
         return [None] * n
     return [cap // n + (1 if p < cap % n else 0) for p in range(n)]
+
+
+@dataclass(frozen=True, slots=True)
+class Share:
+    """One replica's part of a run the client splits itself (``routing: direct``): the
+    indices of its requests (and of its warm-ups among the run's), its concurrency cap."""
+
+    requests: range
+    warmups: range
+    max_concurrency: int | None
+
+
+def direct_shares(num_requests: int, max_concurrency: int | None, num_warmups: int,
+                  replicas: int) -> list[Share]:
+    """Request i (and warm-up i) to replica i mod n, caps split as evenly as integers allow;
+    n = `replicas`, fewer when there are fewer requests. The one definition of the split,
+    which the simulator repeats for direct arms."""
+    n = max(1, min(replicas, num_requests))
+    warm = num_warmups if num_requests else 0  # warm-ups are copies of requests
+    return [Share(range(k, num_requests, n), range(k, warm, n), cap)
+            for k, cap in enumerate(split_cap(max_concurrency, n))]
 
 
 def _child(

@@ -28,7 +28,7 @@ import aiohttp
 from servelab.client.backends import SamplingParams, get_backend
 from servelab.client.sender import PREOPEN_MAX, ScheduleSender, SendStatus
 from servelab.client.target import TargetConfig, check_reachable
-from servelab.client.workers import new_event_loop, split_cap
+from servelab.client.workers import direct_shares, new_event_loop
 from servelab.experiment.simseries import SIM_URL, SimSeriesRecorder
 from servelab.metrics.records import RequestRecord
 from servelab.metrics.scrape import MetricsScraper, ServerSeries
@@ -86,11 +86,12 @@ class OfflineSimTarget:
         if not self.direct:
             return self._simulate(self.opts, offline, list(intended_s), max_concurrency,
                                   num_warmups, seed)
-        n = min(self.opts.replicas, max(1, len(requests)))
         one = dataclasses.replace(self.opts, replicas=1)
-        parts = [self._simulate(one, offline[k::n], list(intended_s[k::n]), cap,
-                                len(range(k, num_warmups, n)), seed)
-                 for k, cap in enumerate(split_cap(max_concurrency, n))]
+        parts = [self._simulate(one, [offline[i] for i in sh.requests],
+                                [intended_s[i] for i in sh.requests], sh.max_concurrency,
+                                len(sh.warmups), seed)
+                 for sh in direct_shares(len(requests), max_concurrency, num_warmups,
+                                         self.opts.replicas)]
         records = [r for m in parts for r in m.records if r.warmup]
         records += sorted((r for m in parts for r in m.records if not r.warmup), key=lambda r: r.index)
         series = [dataclasses.replace(m.servers[0], url=SIM_URL.format(k)) for k, m in enumerate(parts)]
@@ -163,22 +164,21 @@ async def _send_split(targets: list[TargetConfig], requests: Sequence[RequestSpe
     """Send request i to targets[i mod n], all on one t0; caps split as evenly as integers
     allow; `before_t0` is awaited after the warm-ups, just before t0. Returns (records
     sorted by index with warm-ups first, t0, end) on perf_counter."""
-    n_req = len(requests)
-    n = max(1, min(len(targets), n_req))
-    caps = split_cap(cap, n)
+    shares = direct_shares(len(requests), cap, num_warmups, len(targets))
     clock = time.perf_counter
-    senders = [ScheduleSender(targets[k], caps[k], None, clock) for k in range(n)]
+    senders = [ScheduleSender(targets[k], sh.max_concurrency, None, clock)
+               for k, sh in enumerate(shares)]
     for s in senders:
         await s.__aenter__()
     try:
-        shares = [list(range(k, n_req, n)) for k in range(n)]
-        await asyncio.gather(*(s.preopen(min(caps[k] or len(shares[k]), len(shares[k]), PREOPEN_MAX))
-                               for k, s in enumerate(senders)))
+        await asyncio.gather(*(s.preopen(min(sh.max_concurrency or len(sh.requests),
+                                             len(sh.requests), PREOPEN_MAX))
+                               for s, sh in zip(senders, shares)))
         warm_specs = warmup_requests(requests, num_warmups)
         t_warm = clock()
-        warm_lists = await asyncio.gather(*(s.warmup(warm_specs[k::n], t_warm)
-                                            for k, s in enumerate(senders)))
-        subsets = [[requests[i] for i in shares[k]] for k in range(n)]
+        warm_lists = await asyncio.gather(*(s.warmup([warm_specs[i] for i in sh.warmups], t_warm)
+                                            for s, sh in zip(senders, shares)))
+        subsets = [[requests[i] for i in sh.requests] for sh in shares]
         bodies = [s.encode(subsets[k]) for k, s in enumerate(senders)]
         await before_t0()
         t0 = clock()
@@ -189,7 +189,7 @@ async def _send_split(targets: list[TargetConfig], requests: Sequence[RequestSpe
         for s in senders:
             s.status = SendStatus()
         runs = await asyncio.gather(*(
-            s.run(subsets[k], bodies[k], [intended_s[i] for i in shares[k]], t0)
+            s.run(subsets[k], bodies[k], [intended_s[i] for i in shares[k].requests], t0)
             for k, s in enumerate(senders)))
         t_end = clock()
     finally:

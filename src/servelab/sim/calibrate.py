@@ -27,7 +27,9 @@ from pathlib import Path
 
 import numpy as np
 
+from servelab.client.workers import direct_shares
 from servelab.errors import ServelabError
+from servelab.metrics.records import RequestRecord
 from servelab.metrics.result import load_result
 from servelab.metrics.summary import SummaryOptions, summarize
 from servelab.sim.cost import Calibration
@@ -59,6 +61,9 @@ class Target:
     # The deployment this result was measured on (weight format, engine args), when it is
     # not calibrate's own: one calibration can then be fitted across arms (bf16 and AWQ).
     options: SimOptions | None = None
+    # The client split the requests over the replicas itself (``routing: direct``): each
+    # replica is simulated alone on its share, as `servelab run` simulates such an arm.
+    direct: bool = False
 
 
 def _trial(opts: SimOptions, target: Target, cal: Calibration) -> SimOptions:
@@ -113,12 +118,32 @@ def simulated_metrics(opts: SimOptions, target: Target) -> dict[str, float]:
     `target.options` when set, with `opts`' calibration)."""
     if target.options is not None:
         opts = replace(target.options, calibration=opts.calibration)
-    run, *_ = simulate_prepared(opts, target.workload, target.seed, target.max_concurrency,
-                                target.num_warmups)
-    res = summarize(run.records, run.duration_s, SummaryOptions(
+    if target.direct and opts.replicas > 1:
+        records, duration_s = _simulate_direct(opts, target)
+    else:
+        run, *_ = simulate_prepared(opts, target.workload, target.seed, target.max_concurrency,
+                                    target.num_warmups)
+        records, duration_s = run.records, run.duration_s
+    res = summarize(records, duration_s, SummaryOptions(
         percentile_metrics=("ttft", "tpot", "itl"), metric_percentiles=(99.0,)))
     d = res.to_json_dict()
     return {k: float(d[k]) for k in FIT_METRICS if k in d}
+
+
+def _simulate_direct(opts: SimOptions, target: Target) -> tuple[list[RequestRecord], float]:
+    """Each replica alone on its share of the requests (`direct_shares`), all from t0:
+    (records, the longest replica's duration in s)."""
+    wl, one = target.workload, replace(opts, replicas=1)
+    records: list[RequestRecord] = []
+    duration_s = 0.0
+    for sh in direct_shares(len(wl.requests), target.max_concurrency, target.num_warmups,
+                            opts.replicas):
+        part = replace(wl, requests=[wl.requests[i] for i in sh.requests],
+                       intended_s=wl.intended_s[list(sh.requests)])
+        run, *_ = simulate_prepared(one, part, target.seed, sh.max_concurrency, len(sh.warmups))
+        records += run.records
+        duration_s = max(duration_s, run.duration_s)
+    return records, duration_s
 
 
 def nelder_mead(f: Callable[[np.ndarray], float], x0: np.ndarray, step: float,

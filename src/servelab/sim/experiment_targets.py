@@ -70,6 +70,8 @@ def arm_options(spec: Any, arm: Any, override: tuple[str, str | None] | None,
         args = args.model_copy(update={"quantization": quant})
     return SimOptions(model=model, gpu=spec.hardware.gpu, quantization=quant, engine_args=args,
                       replicas=arm.replicas,
+                      # Direct arms are simulated split, as the client splits them
+                      # (`Target.direct`); the policy is then unused.
                       router_policy="round_robin" if arm.routing == DIRECT else arm.routing,
                       async_scheduling=async_scheduling)
 
@@ -85,6 +87,7 @@ def experiment_targets(root: Path, arms: Sequence[str] = (), loads: Sequence[str
     """One `Target` per finished cell of `root` (only `arms` and `loads` when given).
     Cells whose every request failed have no latency to fit and are skipped (named in
     `notes`). Raises `ServelabError` naming an unknown arm or load, or a bad cell file."""
+    from servelab.experiment.spec import DIRECT
     from servelab.experiment.store import ExperimentStore, read_json
 
     spec = _spec(root)
@@ -127,7 +130,7 @@ def experiment_targets(root: Path, arms: Sequence[str] = (), loads: Sequence[str
         conc = cell.get("max_concurrency")
         targets.append(Target(f"{arm}/{workload}/{load}", measured, prepared[key], int(cell["seed"]),
                               int(conc) if conc else None, int(cell.get("num_warmups") or 0),
-                              options[arm]))
+                              options[arm], direct=spec.arm(arm).routing == DIRECT))
     for load in loads:
         if load not in seen_loads:
             raise ServelabError(f"--cells {load}: the experiment has loads {', '.join(sorted(seen_loads))}")
