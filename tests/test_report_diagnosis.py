@@ -190,3 +190,20 @@ def test_replicas_pool_the_hit_rate_by_queried_tokens() -> None:
     # A replica without a query count (SGLang's gauge): the plain average.
     c = ServerFigures(prefix_hit_rate=0.507)
     assert ServerFigures.over_replicas([a, c]).prefix_hit_rate == pytest.approx(0.355)
+
+
+def test_recounted_lookups_are_named_with_the_bound_they_leave() -> None:
+    # vLLM 0.25 counts a waiting request's lookup each time it is tried: 2,000 tokens
+    # looked up for 1,000 prompt tokens, 600 hits -> 30 % measured, at most 60 % per request.
+    inflated = diagnose(_input(prefix_hit_rate=0.3, prefix_queries=2000.0, prompt_tokens=1000.0))
+    (line,) = [x for x in inflated.lines if x.startswith("prefix cache hit rate")]
+    assert line.startswith("prefix cache hit rate 30 %, of 2.00x as many lookups as prompt tokens")
+    assert "hits were 60 % of the prompt tokens" in line
+    # One lookup per prompt token (newer vLLM, or no wait for KV): the rate alone.
+    clean = diagnose(_input(prefix_hit_rate=0.3, prefix_queries=1000.0, prompt_tokens=1000.0))
+    assert "prefix cache hit rate 30 %" in clean.lines
+    # Over replicas the prompt tokens add up like the lookups.
+    both = ServerFigures.over_replicas([
+        ServerFigures(prefix_hit_rate=0.2, prefix_queries=3000.0, prompt_tokens=1000.0),
+        ServerFigures(prefix_hit_rate=0.5, prefix_queries=1000.0, prompt_tokens=1000.0)])
+    assert (both.prefix_queries, both.prompt_tokens) == (4000.0, 2000.0)

@@ -24,10 +24,13 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from servelab.metrics.server_figures import ServerFigures
+from servelab.metrics.server_figures import ServerFigures, lookups_per_prompt_token
 
 KV_FULL = 0.95
 LASTING_QUEUE = 1.0  # mean requests waiting at or above which the queue binds
+# Prefix-cache lookups per prompt token above which the engine recounted lookups (the
+# counters are read at two moments, so a few requests can straddle them).
+RECOUNTED_LOOKUPS = 1.05
 
 
 class Ceiling(StrEnum):
@@ -161,6 +164,19 @@ def _rule(d: DiagnosisInput) -> tuple[Ceiling, list[str]]:
                             f"{kv}): capacity does not bind; the step itself slows as the batch grows"]
 
 
+def _hit_rate_line(s: ServerFigures) -> str:
+    rate = s.prefix_hit_rate or 0.0
+    ratio = lookups_per_prompt_token(s)
+    if ratio is None or ratio <= RECOUNTED_LOOKUPS or s.prompt_tokens is None:
+        return f"prefix cache hit rate {100 * rate:.0f} %"
+    hits = rate * (s.prefix_queries or 0.0)
+    return (f"prefix cache hit rate {100 * rate:.0f} %, of {ratio:.2f}x as many lookups as "
+            f"prompt tokens: the engine counted waiting requests again each time it tried "
+            f"them (vLLM 0.25 does, while the KV pool is full), so the rate understates; "
+            f"hits were {100 * hits / s.prompt_tokens:.0f} % of the prompt tokens, the most "
+            f"the rate per request can be")
+
+
 def diagnose(d: DiagnosisInput) -> Diagnosis:
     """The binding ceiling of one run (see the module docstring for the rules)."""
     kind, lines = _rule(d)
@@ -181,7 +197,7 @@ def diagnose(d: DiagnosisInput) -> Diagnosis:
         lines.append(f"{d.failed} requests failed (see the errors: e.g. prompt + output longer "
                      "than max_model_len is refused)")
     if s.prefix_hit_rate:
-        lines.append(f"prefix cache hit rate {100 * s.prefix_hit_rate:.0f} %")
+        lines.append(_hit_rate_line(s))
     if d.saturated_reason:
         lines.append(f"over-saturated: {d.saturated_reason}")
     return Diagnosis(kind, tuple(lines))

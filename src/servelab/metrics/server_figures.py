@@ -46,6 +46,7 @@ class ServerFigures:
     preemptions: float | None = None
     prefix_hit_rate: float | None = None  # fraction 0..1
     prefix_queries: float | None = None  # tokens looked up in the prefix cache
+    prompt_tokens: float | None = None  # prompt tokens of the requests served
 
     @classmethod
     def of_series(cls, s: ServerSeries) -> ServerFigures:
@@ -56,7 +57,8 @@ class ServerFigures:
                    max_running=s.max_num_requests_running, mean_running=s.mean_num_requests_running,
                    peak_kv_usage=s.peak_kv_cache_usage_perc, preemptions=s.preemptions_delta,
                    prefix_hit_rate=s.prefix_cache_hit_rate,
-                   prefix_queries=s.prefix_cache_queries_delta)
+                   prefix_queries=s.prefix_cache_queries_delta,
+                   prompt_tokens=s.prompt_tokens_delta)
 
     @classmethod
     def of_stored(cls, data: dict[str, Any]) -> ServerFigures:
@@ -73,7 +75,8 @@ class ServerFigures:
                    peak_kv_usage=data.get("peak_kv_cache_usage_perc"),
                    preemptions=data.get("preemptions_delta"),
                    prefix_hit_rate=data.get("prefix_cache_hit_rate"),
-                   prefix_queries=data.get("prefix_cache_queries_delta"))
+                   prefix_queries=data.get("prefix_cache_queries_delta"),
+                   prompt_tokens=data.get("prompt_tokens_delta"))
 
     @classmethod
     def over_replicas(cls, replicas: Sequence[ServerFigures],
@@ -104,7 +107,18 @@ def _combine(figs: Sequence[ServerFigures],
         peak_kv_usage=_peak([f.peak_kv_usage for f in figs]),
         preemptions=preemptions([f.preemptions for f in figs]),
         prefix_hit_rate=_pooled_hit_rate(figs),
-        prefix_queries=preemptions([f.prefix_queries for f in figs]))
+        prefix_queries=preemptions([f.prefix_queries for f in figs]),
+        prompt_tokens=preemptions([f.prompt_tokens for f in figs]))
+
+
+def lookups_per_prompt_token(f: ServerFigures) -> float | None:
+    """Prefix-cache lookups (tokens) per prompt token served; None where either is unknown.
+    Above 1, the engine counted some requests' lookups more than once: vLLM 0.25 records a
+    lookup each time the scheduler tries a waiting request, so while the KV pool is full a
+    request that waits is counted again every step (newer vLLM counts it once)."""
+    if f.prefix_queries is None or not f.prompt_tokens:
+        return None
+    return f.prefix_queries / f.prompt_tokens
 
 
 def _pooled_hit_rate(figs: Sequence[ServerFigures]) -> float | None:
