@@ -58,6 +58,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -198,10 +199,12 @@ def prepare(ds: DatasetOptions):  # noqa: ANN201
     return wl.requests, offline, intended, wl.tokenizer
 
 
-def run_sim(args: argparse.Namespace, policies: list[str], misses: list[str]) -> None:
-    for name, ds, target in workloads(args.workloads):
+def run_sim(only: Sequence[str] | None, per_replica: int, policies: list[str],
+            misses: list[str]) -> None:
+    """The simulated half: `per_replica` requests per replica on 2 and 8 replicas."""
+    for name, ds, target in workloads(only):
         for replicas in (2, 8):
-            n = (150 if args.quick else SIM_PER_REPLICA) * replicas
+            n = per_replica * replicas
             _, offline, intended, _ = prepare(sized(ds, replicas, n))
             names = policies + ([BOUND] if ds.dataset_name == "prefix_repetition" else [])
             rows = {p: simulate_case(replicas, p, offline, intended) for p in names}
@@ -299,13 +302,25 @@ def live_case(engine, policy: str, specs, tok, intended, replicas: int,  # noqa:
     return figures(m.records, m.duration_s, hits, queries, routed, time_scale)
 
 
-def run_live(args: argparse.Namespace, policies: list[str], misses: list[str]) -> None:
+@dataclass(frozen=True)
+class LiveOptions:
+    """The live half's settings: replica counts, requests per replica (None: the
+    workload's default), simulated s per wall s (None: 4 / replicas), --explain."""
+
+    replicas: list[int]
+    requests_per_replica: int | None
+    time_scale: float | None
+    explain: bool
+
+
+def run_live(only: Sequence[str] | None, live: LiveOptions, policies: list[str],
+             misses: list[str]) -> None:
     log_root = Path(tempfile.mkdtemp(prefix="router_policies_live_"))
     print(f"\nlive: replica and router logs under {log_root}")
-    for name, ds, target in workloads(args.workloads):
-        for replicas in args.live_replicas:
-            n = (args.live_requests or LIVE_PER_REPLICA[name]) * replicas
-            scale = args.time_scale or 4.0 / replicas
+    for name, ds, target in workloads(only):
+        for replicas in live.replicas:
+            n = (live.requests_per_replica or LIVE_PER_REPLICA[name]) * replicas
+            scale = live.time_scale or 4.0 / replicas
             specs, offline, intended, tok = prepare(sized(ds, replicas, n))
             names = policies + ([BOUND] if ds.dataset_name == "prefix_repetition" else [])
             sim_rows = {p: simulate_case(replicas, p, offline, intended) for p in names}
@@ -319,7 +334,7 @@ def run_live(args: argparse.Namespace, policies: list[str], misses: list[str]) -
             try:
                 for p in policies:
                     rows[p] = live_case(engine, p, specs, tok, intended, replicas,
-                                        scale, log_dir, args.explain)
+                                        scale, log_dir, live.explain)
             finally:
                 engine.stop()
             print_table(f"live: {name}, {replicas} x servelab sim serve ({MODEL} on {GPU}, "
@@ -363,9 +378,10 @@ def main() -> None:
     policies = ["round_robin"] + [p for p in args.policies if p != "round_robin"]
     misses: list[str] = []
     if not args.no_sim:
-        run_sim(args, policies, misses)
+        run_sim(args.workloads, 150 if args.quick else SIM_PER_REPLICA, policies, misses)
     if args.live:
-        run_live(args, policies, misses)
+        run_live(args.workloads, LiveOptions(args.live_replicas, args.live_requests,
+                                             args.time_scale, args.explain), policies, misses)
     print("\nmisses: " + ("; ".join(misses) if misses else "none"))
 
 
