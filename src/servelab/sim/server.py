@@ -3,9 +3,10 @@
 Routes as vLLM's: `POST /v1/completions`, `POST /v1/chat/completions` (JSON or SSE with
 usage), `GET /v1/models`, `GET /health`, `POST /tokenize`, `GET /metrics`, `GET /version`.
 Requests go to a `RealtimeDriver`, which steps the engine on the simulated schedule and
-hands tokens back as they are emitted. Every response of a generation request carries the
-header `X-Servelab-Arrival-S`: the request's arrival in simulated seconds since the server
-started, so an offline replay can be fed exactly the arrivals the server saw.
+hands tokens back as they are emitted; `server_reply` writes them out (SSE or one JSON
+body). Every response of a generation request carries the header `X-Servelab-Arrival-S`:
+the request's arrival in simulated seconds since the server started, so an offline replay
+can be fed exactly the arrivals the server saw.
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ from servelab.sim.engine import rejection_message
 from servelab.sim.metrics_export import CONTENT_TYPE, CacheConfig, RequestTimes, VllmMetrics
 from servelab.sim.server_driver import (
     Delivery,
-    Ended,
     RealtimeDriver,
     RequestStream,
     ServedEngine,
@@ -31,7 +31,6 @@ from servelab.sim.server_driver import (
 )
 from servelab.sim.server_log import StatsLine, VllmLog
 from servelab.sim.server_openai import (
-    SSE_DONE,
     ApiError,
     GenerationParams,
     Kind,
@@ -39,10 +38,9 @@ from servelab.sim.server_openai import (
     model_not_found,
     parse_generation,
     parse_json,
-    sse,
-    usage,
 )
-from servelab.sim.server_text import PromptTokenizer, RequestText, TokenTexts, render_chat
+from servelab.sim.server_reply import collect_reply, stream_reply
+from servelab.sim.server_text import PromptTokenizer, TokenTexts, render_chat
 
 __all__ = ["ARRIVAL_HEADER", "ServerConfig", "ServedEngine", "SimServer"]
 
@@ -239,64 +237,13 @@ class SimServer:
         self._open_handlers += 1
         try:
             if params.stream:
-                return await self._stream(request, params, head, stream, text, headers)
-            return await self._collect(head, stream, text, headers)
+                return await stream_reply(request, params, head, stream, text, headers)
+            return await collect_reply(head, stream, text, headers)
         except ConnectionError:
             return web.Response(status=499)  # the client is gone; nobody reads this
         finally:
             self._open_handlers -= 1
             driver.abort(rid)  # a no-op once the request finished
-
-    async def _stream(self, request: web.Request, params: GenerationParams, head: ResponseHead,
-                      stream: RequestStream, text: RequestText,
-                      headers: dict[str, str]) -> web.StreamResponse:
-        resp = web.StreamResponse(headers={**headers, "Content-Type": "text/event-stream",
-                                           "Cache-Control": "no-cache"})
-        await resp.prepare(request)
-        prompt_len, done = len(stream.prompt_ids), 0
-        cont = params.continuous_usage
-        while True:
-            item = await stream.queue.get()
-            if isinstance(item, Ended):
-                if item.aborted:
-                    use = usage(prompt_len, done) if cont else None
-                    await resp.write(sse(head.token_chunk("", "abort", use)))
-                else:
-                    await resp.write(sse(_ended_error(item).body()))
-                break
-            event = item.event
-            if event.first and head.kind == "chat":
-                await resp.write(sse(head.role_chunk(usage(prompt_len, 0) if cont else None)))
-            done += event.num_tokens
-            finish = (event.finish_reason or "length") if event.finished else None
-            use = usage(prompt_len, done) if cont else None
-            await resp.write(sse(head.token_chunk(text.next(event.num_tokens), finish, use)))
-            if event.finished:
-                break
-        if params.include_usage:
-            await resp.write(sse(head.usage_chunk(usage(prompt_len, done))))
-        await resp.write(SSE_DONE)
-        await resp.write_eof()
-        return resp
-
-    async def _collect(self, head: ResponseHead, stream: RequestStream, text: RequestText,
-                       headers: dict[str, str]) -> web.Response:
-        parts: list[str] = []
-        done = 0
-        while True:
-            item = await stream.queue.get()
-            if isinstance(item, Ended):
-                if not item.aborted:
-                    raise _ended_error(item)
-                finish = "abort"
-                break
-            done += item.event.num_tokens
-            parts.append(text.next(item.event.num_tokens))
-            if item.event.finished:
-                finish = item.event.finish_reason or "length"
-                break
-        body = head.full("".join(parts), finish, usage(len(stream.prompt_ids), done))
-        return web.json_response(body, headers=headers)
 
     # -- the other routes ---------------------------------------------------------------
 
@@ -331,12 +278,6 @@ class SimServer:
 
     async def _metrics(self, request: web.Request) -> web.Response:
         return web.Response(body=self.metrics.render(), headers={"Content-Type": CONTENT_TYPE})
-
-
-def _ended_error(ended: Ended) -> ApiError:
-    if ended.status >= 500:
-        return ApiError(ended.status, ended.message, "InternalServerError")
-    return ApiError(ended.status, ended.message)
 
 
 @web.middleware
