@@ -6,16 +6,16 @@ last chunk may carry fewer). Sleeps target absolute deadlines on the event loop'
 so lateness does not accumulate over a response. With one token per chunk, `itl_ms` is the
 true inter-token latency and `ttft_ms` the true time to first token.
 
+This module owns when bytes leave and what was counted: the schedule, the faults, the
+`ServerStats`, the aiohttp app and the command line. What an answer says (its length,
+text, usage, vLLM's stream format) is `token_answer`'s, so either reads without the other.
+
 Serves `/v1/completions` and `/v1/chat/completions` (SSE streaming or one JSON answer),
 `/v1/models`, `/health`, and `/stats` (requests seen, in flight now, the maximum ever in
 flight, and what the server actually did, measured with `time.perf_counter` when each
 chunk was written: mean time from the handler's start to the first chunk, mean gap between
 chunks; `POST /stats/reset` zeroes them). On a busy machine the actual figures drift from
-the schedule (timers fire late); they are the truth a client is checked against. Follows vLLM's stream format: compact JSON, a
-chat stream opens with a role-only delta, `stream_options.include_usage` adds a final
-`choices: []` chunk with usage, `continuous_usage_stats` puts the running usage in every
-chunk. `max_tokens` / `max_completion_tokens` set the output length; without `ignore_eos`
-the answer stops after `eos_after` tokens when that is set.
+the schedule (timers fire late); they are the truth a client is checked against.
 
 Faults, counted over completion requests in arrival order (1-based): every `fail_every`-th
 gets HTTP 500; every `break_every`-th has its connection cut after `break_after_tokens`
@@ -31,14 +31,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import socket
 import time
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
+
+from servelab.testing import token_answer
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,14 +104,6 @@ def _arrival(request: web.Request) -> float:
 async def _stamp_arrival(request: web.Request, handler):  # type: ignore[no-untyped-def]
     request["t_arrive"] = _arrival(request)
     return await handler(request)
-
-
-def _prompt_tokens(body: dict) -> int:
-    if "messages" in body:
-        text = " ".join(str(m.get("content", "")) for m in body["messages"])
-    else:
-        text = str(body.get("prompt", ""))
-    return len(text.split())
 
 
 class TokenServer:
@@ -186,18 +179,17 @@ class TokenServer:
             )
         if cfg.stall_every and seq % cfg.stall_every == 0:
             t_arrive += cfg.stall_ms / 1000.0
-        n = int(body.get("max_completion_tokens") or body.get("max_tokens") or 16)
-        if cfg.eos_after is not None and not body.get("ignore_eos"):
-            n = min(n, cfg.eos_after)
-        prompt_tokens = _prompt_tokens(body)
+        n = token_answer.count_output_tokens(body, cfg.eos_after)
+        prompt_tokens = token_answer.count_prompt_tokens(body)
         opts = body.get("stream_options") or {}
         if not body.get("stream"):
             await _sleep_until(t_arrive + (cfg.ttft_ms + cfg.itl_ms * _chunks(n, cfg) - cfg.itl_ms) / 1000)
-            return web.json_response(_whole_answer(cfg, chat, n, prompt_tokens))
+            return web.json_response(token_answer.whole_answer(cfg.model, chat, n, prompt_tokens))
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
         cut_after = cfg.break_after_tokens if cfg.break_every and seq % cfg.break_every == 0 else None
-        events = _Events(cfg, chat, prompt_tokens, bool(opts.get("continuous_usage_stats")))
+        events = token_answer.StreamEvents(cfg.model, cfg.reasoning_tokens, chat,
+                                           prompt_tokens, opts)
         if chat:
             await resp.write(events.role())
         sent = 0
@@ -222,9 +214,9 @@ class TokenServer:
             c += 1
         self.stats.streams += 1
         self.stats.sum_ttft_ms += (t_first - t_arrive) * 1000.0
-        if opts.get("include_usage"):
+        if events.include_usage:
             await resp.write(events.usage(n))
-        await resp.write(b"data: [DONE]\n\n")
+        await resp.write(token_answer.DONE)
         await resp.write_eof()
         return resp
 
@@ -238,66 +230,6 @@ async def _sleep_until(deadline: float) -> None:
     delay = deadline - time.perf_counter()
     if delay > 0:
         await asyncio.sleep(delay)
-
-
-class _Events:
-    """Builds the SSE bytes of one response in vLLM's compact format."""
-
-    def __init__(self, cfg: TokenServerConfig, chat: bool, prompt_tokens: int, continuous: bool):
-        self.cfg = cfg
-        self.chat = chat
-        self.prompt_tokens = prompt_tokens
-        self.continuous = continuous
-        self.head = {
-            "id": "cmpl-token-server",
-            "object": "chat.completion.chunk" if chat else "text_completion",
-            "created": 0,
-            "model": cfg.model,
-        }
-
-    def _event(self, obj: dict) -> bytes:
-        return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
-
-    def _usage(self, completion: int) -> dict:
-        return {
-            "prompt_tokens": self.prompt_tokens,
-            "total_tokens": self.prompt_tokens + completion,
-            "completion_tokens": completion,
-        }
-
-    def role(self) -> bytes:
-        choice = {"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}
-        obj = {**self.head, "choices": [choice]}
-        if self.continuous:
-            obj["usage"] = self._usage(0)
-        return self._event(obj)
-
-    def tokens(self, first: int, k: int, cum: int, finish: str | None) -> bytes:
-        text = "".join(f" t{i}" for i in range(first, first + k))
-        if self.chat:
-            key = "reasoning_content" if first < self.cfg.reasoning_tokens else "content"
-            choice = {"index": 0, "delta": {key: text}, "finish_reason": finish}
-        else:
-            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
-        obj = {**self.head, "choices": [choice]}
-        if self.continuous:
-            obj["usage"] = self._usage(cum)
-        return self._event(obj)
-
-    def usage(self, n: int) -> bytes:
-        return self._event({**self.head, "choices": [], "usage": self._usage(n)})
-
-
-def _whole_answer(cfg: TokenServerConfig, chat: bool, n: int, prompt_tokens: int) -> dict:
-    text = "".join(f" t{i}" for i in range(n))
-    if chat:
-        choice: dict = {"index": 0, "message": {"role": "assistant", "content": text}}
-    else:
-        choice = {"index": 0, "text": text}
-    choice["finish_reason"] = "length"
-    usage = {"prompt_tokens": prompt_tokens, "completion_tokens": n, "total_tokens": prompt_tokens + n}
-    return {"id": "cmpl-token-server", "object": "text_completion", "model": cfg.model,
-            "choices": [choice], "usage": usage}
 
 
 def _parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, TokenServerConfig]:
@@ -319,12 +251,8 @@ def _parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, TokenServer
     a = p.parse_args(argv)
     if a.tokens_per_chunk < 1:
         p.error("--tokens-per-chunk must be >= 1")
-    cfg = TokenServerConfig(
-        ttft_ms=a.ttft_ms, itl_ms=a.itl_ms, tokens_per_chunk=a.tokens_per_chunk,
-        reasoning_tokens=a.reasoning_tokens, eos_after=a.eos_after, fail_every=a.fail_every,
-        break_every=a.break_every, break_after_tokens=a.break_after_tokens,
-        stall_every=a.stall_every, stall_ms=a.stall_ms, model=a.model, api_key=a.api_key,
-    )
+    # Every config field is a flag of the same name, so a new field cannot be left unparsed.
+    cfg = TokenServerConfig(**{f.name: getattr(a, f.name) for f in fields(TokenServerConfig)})
     return a, cfg
 
 
