@@ -4,12 +4,14 @@ Why not `aiohttp.ClientSession`: measured on this project's 2-core machine, aioh
 client spent ~39 us of CPU per streamed token (a coroutine wake-up, a StreamReader and a
 parser per read) and several ms per request in a burst, which the client then reports as
 TTFT. Here a read is handled in `data_received`, a plain callback: it stamps the arrival
-time first, de-chunks the body, feeds the one SSE parser and the tally, and wakes the
-request's coroutine once, at the end of the answer. Requests are encoded to bytes before
-the run, so sending is one `transport.write`.
+time first, de-chunks the body and hands the pieces to the answer's `AnswerSink`; the
+client's (`Exchange`) feeds the one SSE parser and the tally, and wakes the request's
+coroutine once, at the end of the answer. Requests are encoded to bytes before the run, so
+sending is one `transport.write`.
 
-The router relays its backends' answers over the same connections (`servelab.router.
-upstream`): the answer goes to an `AnswerSink`, the client's `Exchange` or the router's own.
+This module owns the connections' state (framing, keep-alive) and the pool's, kept together
+as each calls the other. An answer's meaning is its sink's: `Exchange` lives in
+`servelab.client.exchange` (re-exported here), the router's sink in `servelab.router.upstream`.
 
 Scope: one target (host, port, optional TLS), `POST` with a JSON body, responses with
 `Transfer-Encoding: chunked`, `Content-Length`, or ending at close. No redirects, no
@@ -25,11 +27,10 @@ from collections.abc import Callable
 from typing import Protocol
 from urllib.parse import urlsplit
 
-from servelab.client.sse import SSEParser
-from servelab.client.tally import StreamTally
+from servelab.client.exchange import Exchange
 from servelab.errors import ServelabError
 
-_ERROR_BODY_MAX = 1000
+__all__ = ["AnswerSink", "ConnectionPool", "Exchange", "HttpConnection", "StreamBroken"]
 
 # Body framing states (`_left` >= 0 means bytes left in the current chunk's data).
 _NEED_SIZE = 0
@@ -64,45 +65,6 @@ class AnswerSink(Protocol):
     def finish(self, t: float) -> None: ...
 
     def fail(self, exc: BaseException) -> None: ...
-
-
-class Exchange:
-    """One request's answer as it arrives: status, SSE tally, error body, completion."""
-
-    __slots__ = ("future", "status", "tally", "parser", "error_body", "got_bytes")
-
-    def __init__(self, future: asyncio.Future[None]) -> None:
-        self.future = future
-        self.status = 0
-        self.tally = StreamTally()
-        self.parser = SSEParser()
-        self.error_body = bytearray()
-        self.got_bytes = False
-
-    def head(self, status: int, header_lines: list[bytes]) -> None:
-        self.status = status
-
-    def deliver(self, data: bytes, t: float) -> None:
-        if self.status == 200:
-            add = self.tally.add
-            for payload in self.parser.feed(data):
-                add(payload, t)
-        elif len(self.error_body) < _ERROR_BODY_MAX:
-            self.error_body += data[: _ERROR_BODY_MAX - len(self.error_body)]
-
-    def flush(self) -> None:
-        return None
-
-    def finish(self, t: float) -> None:
-        if self.status == 200:
-            for payload in self.parser.close():
-                self.tally.add(payload, t)
-        if not self.future.done():
-            self.future.set_result(None)
-
-    def fail(self, exc: BaseException) -> None:
-        if not self.future.done():
-            self.future.set_exception(exc)
 
 
 class HttpConnection(asyncio.Protocol):
