@@ -53,7 +53,6 @@ from __future__ import annotations
 import argparse
 import math
 import random
-import socket
 import sys
 import tempfile
 import time
@@ -69,6 +68,7 @@ from servelab.plan import EngineArgs
 from servelab.router.policies import POLICY_NAMES
 from servelab.router.records import RouteDecision, RouteRequest, ReplicaView
 from servelab.sim.offline import simulate
+from servelab.testing.ports import free_port_base
 from servelab.sim.setup import SimOptions, build_cluster, offline_requests
 from servelab.workload.arrivals import ArrivalOptions, arrival_times_s
 from servelab.workload.datasets import DatasetOptions, build_workload
@@ -214,21 +214,6 @@ def run_sim(only: Sequence[str] | None, per_replica: int, policies: list[str],
 
 
 # ---- live -------------------------------------------------------------------------------
-
-def free_port_base(span: int) -> int:
-    """A base whose next `span` ports are free now, below the ephemeral range (32768+)."""
-    rng = random.Random()
-    for _ in range(200):
-        base = rng.randrange(20000, 32000 - span)
-        try:
-            for port in range(base, base + span):
-                with socket.socket() as s:
-                    s.bind(("127.0.0.1", port))
-        except OSError:
-            continue
-        return base
-    raise RuntimeError("no free port range found")
-
 
 def start_replicas(replicas: int, time_scale: float, log_dir: Path):  # noqa: ANN201
     """`replicas` x `servelab sim serve` through servelab's sim launcher (own process groups)."""

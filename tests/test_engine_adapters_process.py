@@ -28,36 +28,20 @@ from servelab.engine.process import (
 )
 from servelab.engine.running import launch
 from servelab.errors import ServelabError
+from servelab.testing.ports import free_port_base
 
 PY = sys.executable
 
 
-def free_port(block: int = 1) -> int:
-    """A port p with p .. p+block-1 free now (others on this machine may take them later)."""
-    while True:
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
-        if port + block > 65536:
-            continue
-        try:
-            for p in range(port + 1, port + block):
-                with socket.socket() as probe:
-                    probe.bind(("127.0.0.1", p))
-        except OSError:
-            continue
-        return port
-
-
 def command(tmp_path: Path, argv: list[str], name: str = "r0", port: int | None = None,
             env: dict[str, str] | None = None) -> ReplicaCommand:
-    port = port or free_port()
+    port = port or free_port_base()
     return ReplicaCommand(name=name, argv=argv, env=env or {}, log_path=tmp_path / f"{name}.log",
                           url=f"http://127.0.0.1:{port}", host="127.0.0.1", port=port)
 
 
 def token_server(tmp_path: Path, name: str = "r0") -> ReplicaCommand:
-    port = free_port()
+    port = free_port_base()
     argv = [PY, "-m", "servelab.testing.token_server", "--port", str(port), "--model", "tok"]
     return command(tmp_path, argv, name, port)
 
@@ -127,7 +111,7 @@ def test_health_deadline_stops_what_it_started(tmp_path: Path) -> None:
 
 
 def test_stop_kills_a_child_that_ignores_sigterm(tmp_path: Path) -> None:
-    port = free_port()
+    port = free_port_base()
     script = tmp_path / "stubborn.py"
     script.write_text(STUBBORN)
     child_pid_file = tmp_path / "child.pid"
@@ -181,7 +165,7 @@ def test_log_header_hides_secrets(tmp_path: Path) -> None:
 
 
 def test_sim_launcher_end_to_end(tmp_path: Path) -> None:
-    port = free_port(block=2)
+    port = free_port_base(2)
     arm = ArmLaunch(name="sim-a", model="Qwen/Qwen3-14B", served_model_name="q", replicas=2,
                     port_base=port, gpu_memory_utilization=0.8, extra_args=["--max-num-seqs", "8"])
     engine = SimLauncher(gpu="L40S").start(arm, tmp_path, deadline_s=120)
@@ -207,14 +191,14 @@ def test_sim_launcher_end_to_end(tmp_path: Path) -> None:
 
 
 def test_sim_launcher_refuses_a_bad_flag_before_starting(tmp_path: Path) -> None:
-    arm = ArmLaunch(name="bad", model="Qwen/Qwen3-14B", port_base=free_port(), extra_args=["--max-num-seqz", "8"])
+    arm = ArmLaunch(name="bad", model="Qwen/Qwen3-14B", port_base=free_port_base(), extra_args=["--max-num-seqz", "8"])
     with pytest.raises(ServelabError, match=r"--max-num-seqz \(closest: --max-num-seqs"):
         SimLauncher(gpu="L40S").start(arm, tmp_path, deadline_s=60)
     assert list(tmp_path.iterdir()) == []
 
 
 def test_external_launcher_deadline(tmp_path: Path) -> None:
-    arm = ArmLaunch(name="ext", model="m", port_base=free_port())
+    arm = ArmLaunch(name="ext", model="m", port_base=free_port_base())
     with pytest.raises(ServelabError, match=r"external server\(s\) http://127\.0\.0\.1:\d+ did not answer /health"):
         ExternalLauncher().start(arm, tmp_path, deadline_s=1.0)
     with pytest.raises(ServelabError, match="give http"):
@@ -225,6 +209,6 @@ def test_a_missing_engine_is_named(tmp_path: Path) -> None:
     from servelab.engine import VllmLauncher, VllmRuntime
 
     launcher = VllmLauncher(VllmRuntime(executable=str(tmp_path / "no-such" / "vllm")))
-    arm = ArmLaunch(name="x", model="m", port_base=free_port())
+    arm = ArmLaunch(name="x", model="m", port_base=free_port_base())
     with pytest.raises(ServelabError, match=r"asking vLLM its version: '.*no-such/vllm' not found"):
         launcher.start(arm, tmp_path, deadline_s=30)

@@ -16,6 +16,7 @@ from servelab.experiment.store import ExperimentStore
 from servelab.models import load_model
 from servelab.hardware.catalog import get_gpu
 from servelab.plan import EngineArgs, plan_memory
+from servelab.testing.ports import free_port_base
 
 pytestmark = pytest.mark.slow
 
@@ -47,28 +48,9 @@ seed: 3
 """
 
 
-def _free_port_base(span: int = 40) -> int:
-    """A base whose next `span` ports are free now, below Linux's ephemeral range (32768+)
-    so that no outgoing connection of another test takes one of them meanwhile."""
-    import random
-    import socket
-
-    rng = random.Random()
-    for _ in range(200):
-        base = rng.randrange(20000, 32000 - span)
-        try:
-            for port in range(base, base + span):
-                with socket.socket() as s:
-                    s.bind(("127.0.0.1", port))
-        except OSError:
-            continue
-        return base
-    raise RuntimeError("no free port range found")
-
-
 def test_online_sim_arms_run_over_http_and_stop(tmp_path: Path) -> None:
     spec = tmp_path / "online.yaml"
-    spec.write_text(SPEC.replace("PORT", str(_free_port_base())))
+    spec.write_text(SPEC.replace("PORT", str(free_port_base(40))))
     run = subprocess.run([sys.executable, "-m", "servelab", "run", str(spec), "--out",
                           str(tmp_path / "out"), "--no-report"],
                          capture_output=True, text=True, timeout=240)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -16,6 +15,7 @@ import pytest
 
 from servelab.experiment import ExperimentStore, load_spec, run_experiment
 from servelab.experiment.cells import all_cells
+from servelab.testing.ports import free_port_base
 
 pytestmark = pytest.mark.slow
 
@@ -146,12 +146,6 @@ def test_changed_spec_is_refused_without_force(tmp_path: Path) -> None:
         run_experiment(load_spec(spec_path), tmp_path / "out")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _wait_health(url: str, proc: subprocess.Popen, timeout_s: float = 60) -> None:
     import urllib.request
 
@@ -168,12 +162,12 @@ def _wait_health(url: str, proc: subprocess.Popen, timeout_s: float = 60) -> Non
 
 
 def test_failed_arms_are_recorded_and_the_run_goes_on(tmp_path: Path) -> None:
-    port = _free_port()
+    port = free_port_base()
     server = subprocess.Popen(
         [sys.executable, "-m", "servelab.sim.server_cli", "--model", "Qwen/Qwen3-0.6B",
          "--gpu", "L40S", "--port", str(port), "--time-scale", "50"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    dead = _free_port()
+    dead = free_port_base()
     try:
         _wait_health(f"http://127.0.0.1:{port}", server)
         spec_path = tmp_path / "ext.yaml"

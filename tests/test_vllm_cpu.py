@@ -10,7 +10,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -24,6 +23,7 @@ from servelab.engine.flags import parse_help_options
 from servelab.engine.process import group_alive, healthy
 from servelab.engine.running import LaunchedEngine
 from servelab.errors import ServelabError
+from servelab.testing.ports import free_port_base
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -46,12 +46,6 @@ def _need_vllm() -> None:
     if os.environ.get("SERVELAB_REQUIRE_VLLM") == "1":
         pytest.fail(f"SERVELAB_REQUIRE_VLLM=1 but {reason}", pytrace=False)
     pytest.skip(reason)
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _make_tiny_model(out: Path) -> Path:
@@ -80,7 +74,7 @@ def served(tmp_path_factory: pytest.TempPathFactory):
     launcher = VllmLauncher(VllmRuntime(executable=str(VLLM), env=dict(ENV)))
     arm = ArmLaunch(
         name="tiny", model=str(model_dir), served_model_name="tiny", load_format="dummy",
-        extra_args=["--enforce-eager"], port_base=_free_port(), cache_reset=True,
+        extra_args=["--enforce-eager"], port_base=free_port_base(), cache_reset=True,
     )
     t0 = time.monotonic()
     engine = launcher.start(arm, log_dir, deadline_s=600)
