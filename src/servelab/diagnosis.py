@@ -167,13 +167,13 @@ def _rule(d: DiagnosisInput) -> tuple[Ceiling, list[str]]:
 def _hit_rate_line(s: ServerFigures) -> str:
     rate = s.prefix_hit_rate or 0.0
     ratio = lookups_per_prompt_token(s)
-    if ratio is None or ratio <= RECOUNTED_LOOKUPS or s.prompt_tokens is None:
+    if ratio is None or ratio <= RECOUNTED_LOOKUPS:
         return f"prefix cache hit rate {100 * rate:.0f} %"
-    hits = rate * (s.prefix_queries or 0.0)
+    hits_per_prompt_token = rate * ratio  # hits / lookups x lookups / prompt tokens
     return (f"prefix cache hit rate {100 * rate:.0f} %, of {ratio:.2f}x as many lookups as "
             f"prompt tokens: the engine counted waiting requests again each time it tried "
             f"them (vLLM 0.25 does, while the KV pool is full), so the rate understates; "
-            f"hits were {100 * hits / s.prompt_tokens:.0f} % of the prompt tokens, the most "
+            f"hits were {100 * hits_per_prompt_token:.0f} % of the prompt tokens, the most "
             f"the rate per request can be")
 
 

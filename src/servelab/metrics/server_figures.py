@@ -98,17 +98,18 @@ class ServerFigures:
 
 
 def _combine(figs: Sequence[ServerFigures],
-             preemptions: Callable[[Sequence[float | None]], float | None]) -> ServerFigures:
+             counters: Callable[[Sequence[float | None]], float | None]) -> ServerFigures:
+    """`counters` combines the counter deltas (preemptions, lookups, prompt tokens)."""
     return ServerFigures(
         max_waiting=_peak([f.max_waiting for f in figs]),
         mean_waiting=_mean([f.mean_waiting for f in figs]),
         max_running=_peak([f.max_running for f in figs]),
         mean_running=_mean([f.mean_running for f in figs]),
         peak_kv_usage=_peak([f.peak_kv_usage for f in figs]),
-        preemptions=preemptions([f.preemptions for f in figs]),
+        preemptions=counters([f.preemptions for f in figs]),
         prefix_hit_rate=_pooled_hit_rate(figs),
-        prefix_queries=preemptions([f.prefix_queries for f in figs]),
-        prompt_tokens=preemptions([f.prompt_tokens for f in figs]))
+        prefix_queries=counters([f.prefix_queries for f in figs]),
+        prompt_tokens=counters([f.prompt_tokens for f in figs]))
 
 
 def lookups_per_prompt_token(f: ServerFigures) -> float | None:

@@ -22,9 +22,10 @@ replica, which is what evens out load between prefixes.
 
 Load is the live in-flight count, never scraped telemetry, which may be stale. The
 per-prefix counts are the policy's own: +1 for every chunk of a prompt on the replica it
-is sent to, -1 when `on_finished` reports that request over (hosts call it once per
-decision, as they decrement their in-flight count). Prompts matching nothing go to the
-least loaded replica, ties to the one holding the least (room for a new prefix).
+is sent to, -1 when `on_finished` reports that request over (hosts call it with the
+request object they routed, once per decision, as they decrement their in-flight count).
+Prompts matching nothing go to the least loaded replica, ties to the one holding the
+least (room for a new prefix).
 """
 
 from __future__ import annotations
@@ -76,6 +77,10 @@ class CacheAware:
         self._turn = 0
         # replica -> chunk name -> requests in flight there whose prompt has that chunk
         self._sharing: dict[int, Counter[int]] = {}
+        # (replica, id of the request) -> its chunk names, kept from `choose` so that
+        # `on_finished` does not hash the prompt again (~35 us for 12,000 characters). The
+        # host holds the request until then, so its id is not reused meanwhile.
+        self._in_flight: dict[tuple[int, int], list[int]] = {}
 
     def choose(
         self, req: RouteRequest, replicas: Sequence[ReplicaView], now_s: float
@@ -113,6 +118,7 @@ class CacheAware:
                 )
         self.tree.insert(names, pick.index)
         self._sharing.setdefault(pick.index, Counter()).update(names)
+        self._in_flight[(pick.index, id(req))] = names
         return RouteDecision(pick.index, reason, prefix_match_chars=matches[pick.index] * chunk)
 
     def on_finished(
@@ -125,10 +131,11 @@ class CacheAware:
         now_s: float,
     ) -> None:
         """The request sent to `index` is over: it no longer counts for its prefixes."""
+        names = self._in_flight.pop((index, id(req)), None)
         sharing = self._sharing.get(index)
-        if not sharing:
+        if names is None or not sharing:
             return
-        for name in self.tree.names(req.prompt):
+        for name in names:
             left = sharing.get(name, 0) - 1
             if left > 0:
                 sharing[name] = left
