@@ -61,7 +61,11 @@ class RouteDecision:
 
 
 class RoutingPolicy(Protocol):
-    """A routing policy: `choose` picks a healthy replica; `on_finished` reports back."""
+    """A routing policy: `choose` picks a healthy replica; `on_finished` reports back.
+
+    Hosts (the router's relay, the simulated cluster) call `on_finished` exactly once per
+    `choose`, with the same `req` object, when that attempt is over (policies may key
+    per-request state on it)."""
 
     name: str
 
