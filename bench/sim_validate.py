@@ -11,8 +11,12 @@
 2. Row 2 (held out): prefix repetition 256/256, 10 prefixes, output 128, 1,000 prompts,
    rate 5, max concurrency 10: simulated with the row-1 factors, error printed.
 3. H200 sanity: random 1024/128 at concurrency 1, 24 prompts: TPOT 8.70 ms, TTFT 56.5 ms.
+4. H200 transfer (docs/validation/sim-transfer-2026-12-01): the committed real-vLLM cells of
+   six models re-simulated with the shipped H200 residual (fitted on two of them), the
+   table of predicted vs measured throughput, TTFT and TPOT and its error summary. Needs
+   the GPU kit's payload at /tmp/gpu-x/payload (its README); skipped with a note without.
 
-    .venv/bin/python bench/sim_validate.py [--fit] [--tokenizer PATH] [--max-evals N]
+    .venv/bin/python bench/sim_validate.py [--fit] [--tokenizer PATH] [--max-evals N] [--no-transfer]
 
 The seeds' ranges are reduced to their midpoints for the error.
 """
@@ -20,9 +24,12 @@ The seeds' ranges are reduced to their midpoints for the error.
 from __future__ import annotations
 
 import argparse
+import importlib.util
+from pathlib import Path
 
 from servelab.plan import EngineArgs
-from servelab.sim.calibrate import Target, calibrate, simulated_metrics
+from servelab.sim.calibrate import Target, calibrate, evaluate, simulated_metrics
+from servelab.sim.cost import default_calibration
 from servelab.sim.offline import OfflineRequest
 from servelab.sim.runner import PreparedWorkload, prepare_workload
 from servelab.sim.setup import SimOptions, fit_token_ids
@@ -78,6 +85,7 @@ def main() -> None:
     ap.add_argument("--fit", action="store_true", help="fit L40S factors on row 1 first")
     ap.add_argument("--tokenizer", default=None, help="tokenizer for the workloads (Qwen's)")
     ap.add_argument("--max-evals", type=int, default=60)
+    ap.add_argument("--no-transfer", action="store_true", help="skip the H200 transfer table")
     ap.add_argument("--async-scheduling", action="store_true", help=(
         "simulate the seeds with vLLM's async scheduling (their TTFT fits only without it)"))
     a = ap.parse_args()
@@ -116,6 +124,37 @@ def main() -> None:
                                           tokenizer=a.tokenizer), 0, ArrivalOptions())
     _line("H200 random 1024/128, c1 (reference)", H200_REF, None,
           simulated_metrics(h200, Target("h200-c1", H200_REF, rnd, 0, 1, 0)))
+    if not a.no_transfer:
+        transfer()
+
+
+TRANSFER = Path(__file__).resolve().parent.parent / "docs" / "validation" / "sim-transfer-2026-12-01"
+
+
+def transfer() -> None:
+    """Row 4: the transfer table from the committed cells (see the module doc)."""
+    spec = importlib.util.spec_from_file_location("simcheck", TRANSFER / "simcheck.py")
+    assert spec is not None and spec.loader is not None
+    sc = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sc)
+    if not (sc.PAYLOAD / "sharegpt_subset.json").exists():
+        print(f"H200 transfer: skipped ({sc.PAYLOAD} is not the GPU kit's payload; see {TRANSFER / 'README.md'})")
+        return
+    results = TRANSFER / "results"
+    all_t = sc.targets(results)
+    base = all_t[0][1].options
+    cal = default_calibration("H200")
+    stall = sc.stalled(results)
+    rows = []
+    for model, t in all_t:
+        for _, metric, meas, sim in evaluate(base, [t], cal):
+            cell = t.name.split("/")[1]
+            rows.append({"model": model, "cell": cell, "metric": metric, "residual": "fitted",
+                         "role": "fit" if model in sc.FIT_MODELS else "held out",
+                         "measured": meas, "simulated": sim, "error_pct": 100 * (sim - meas) / meas,
+                         "stall": f"{model}/{cell}" in stall})
+    print("H200 transfer, shipped residual (fitted on " + ", ".join(sc.FIT_MODELS) + "):")
+    print(sc.render(rows).replace("| fitted |", "| shipped |"))
 
 
 if __name__ == "__main__":

@@ -9,13 +9,11 @@ from __future__ import annotations
 import pytest
 
 from servelab.sim.cluster import Cluster, NetworkCosts
-from servelab.sim.cost import LinearCost
+from servelab.sim.cost import AffineCost
 from servelab.sim.engine import SimConfig, SimEngine, SimRequest
 from servelab.sim.offline import OfflineRequest, simulate
 
-_COST = LinearCost(mem=(0.0,) * 5, comp=(0.0, 0.0005, 0.0, 0.001, 0.0), allreduce=(0.0,) * 5,
-                   pp_stages=1, pp_hop_s=0.0, step_overhead_s=0.010, per_seq_s=0.0,
-                   per_prefill_token_s=0.0)
+_COST = AffineCost(step_s=0.010, per_decode_seq_s=0.0005, per_prefill_token_s=0.001)
 _NET = NetworkCosts(request_overhead_ms=3.0, router_hop_ms=0.5)
 
 

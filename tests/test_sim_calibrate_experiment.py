@@ -1,9 +1,9 @@
 """`servelab sim calibrate --experiment DIR`: fit on an experiment's cells in one command.
 
 Known answer: a simulated experiment run with a calibration of known factors; calibrating
-on its cells must recover them. Qwen3-14B on an H200: a c1 decode step is ~11 ms of weight
-reads at bandwidth_frac 0.55, so ITL pins bandwidth_frac; c1 TTFT (request overhead + one
-prefill of 512 tokens, compute-bound) pins request_overhead_ms and compute_frac.
+on its cells must recover them. Qwen3-14B on an H200: a c1 decode step is ~9 ms of kernels
+x gpu_time_scale 1.3 plus the step overhead, so ITL pins the scale; c1 TTFT (request
+overhead + one prefill of 512 tokens) then pins request_overhead_ms.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from servelab.sim.cost import Calibration, default_calibration
 pytestmark = pytest.mark.slow
 
 TRUTH = default_calibration("H200").model_copy(update={
-    "bandwidth_frac": 0.55, "compute_frac": 0.6, "request_overhead_ms": 8.0})
+    "gpu_time_scale": 1.3, "request_overhead_ms": 8.0})
 
 SPEC = """\
 name: calexp
@@ -68,8 +68,7 @@ def test_calibrating_on_an_experiments_cells_recovers_its_factors(tmp_path: Path
     # Noise-free data: every metric is reproduced closely ...
     assert max(abs(e) for e in fit.fit_error_pct.values()) < 2.0
     # ... and the factors the data pins down come back (see module docstring).
-    assert fit.bandwidth_frac == pytest.approx(TRUTH.bandwidth_frac, rel=0.05)
-    assert fit.compute_frac == pytest.approx(TRUTH.compute_frac, rel=0.10)
+    assert fit.gpu_time_scale == pytest.approx(TRUTH.gpu_time_scale, rel=0.05)
     assert fit.request_overhead_ms == pytest.approx(TRUTH.request_overhead_ms, rel=0.15)
 
 

@@ -12,9 +12,8 @@ from servelab.sim.setup import SimOptions
 from servelab.workload.arrivals import ArrivalOptions
 from servelab.workload.datasets import DatasetOptions
 
-CAL = Calibration(gpu_class="H200", bandwidth_frac=0.7, compute_frac=0.8, overlap_penalty=0.4,
-                  step_overhead_ms=0.3, per_seq_us=20.0, per_prefill_token_us=0.5,
-                  request_overhead_ms=10.0)
+CAL = Calibration(gpu_class="H200", gpu_time_scale=1.2, step_overhead_ms=0.3, per_seq_us=20.0,
+                  per_prefill_token_us=0.5, request_overhead_ms=10.0)
 
 
 def _target(options: SimOptions | None) -> Target:

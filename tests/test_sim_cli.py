@@ -12,6 +12,7 @@ import pytest
 from servelab.metrics.records import RequestRecord
 from servelab.metrics.result import RunInfo
 from servelab.metrics.summary import SummaryOptions, summarize
+from servelab.sim.cost import default_calibration
 
 _BASE = ["--gpu", "L40S", "--model", "Qwen/Qwen3-14B", "--dataset-name", "random",
          "--num-prompts", "16", "--random-input-len", "64", "--random-output-len", "6",
@@ -76,19 +77,23 @@ def test_bad_input_exits_2_with_a_message_and_no_traceback(flags: list[str], nee
 
 def test_bad_calibration_file_names_the_file_and_field(tmp_path: Path) -> None:
     bad = tmp_path / "cal.json"
-    bad.write_text(json.dumps({"gpu_class": "L40S", "bandwidth_frac": 2.0}))
+    bad.write_text(json.dumps({"gpu_class": "L40S", "gpu_time_scale": 9.0}))
     proc = _sim("run", *_BASE, "--calibration", str(bad))
     assert proc.returncode == 2
     assert str(bad) in proc.stderr and "Traceback" not in proc.stderr
 
 
-def test_calibrate_recovers_a_known_bandwidth_fraction(tmp_path: Path) -> None:
+def test_calibrate_recovers_a_known_gpu_time_scale(tmp_path: Path) -> None:
     truth = tmp_path / "truth.json"
     truth.write_text(json.dumps({
-        "gpu_class": "L40S", "bandwidth_frac": 0.6, "compute_frac": 0.62, "step_overhead_ms": 2.0,
+        **default_calibration("L40S").model_dump(mode="json", include={"launch_us",
+            "frontend_us_per_prompt_token", "frontend_us_per_output_token"}),
+        "gpu_class": "L40S", "gpu_time_scale": 1.4, "step_overhead_ms": 2.0,
         "per_seq_us": 20.0, "per_prefill_token_us": 0.5, "request_overhead_ms": 3.0}))
+    # 1,024-token prompts: TTFT holds a compute-bound prefill (x the scale) and ITL a decode
+    # step (x the scale + the step overhead), so the two cannot trade against each other.
     common = ["--gpu", "L40S", "--model", "Qwen/Qwen3-14B", "--dataset-name", "random",
-              "--num-prompts", "8", "--random-input-len", "32", "--random-output-len", "16",
+              "--num-prompts", "8", "--random-input-len", "1024", "--random-output-len", "16",
               "--seed", "5", "--max-concurrency", "2"]
     proc = _sim("run", *common, "--calibration", str(truth), "--save-result",
                 "--result-dir", str(tmp_path), "--result-filename", "measured.json")
@@ -98,9 +103,9 @@ def test_calibrate_recovers_a_known_bandwidth_fraction(tmp_path: Path) -> None:
                 "--max-evals", "40")
     assert proc.returncode == 0, proc.stderr
     fit = json.loads(out.read_text())
-    # The default L40S bandwidth_frac is 0.86; the data were made with 0.6 (ITL is
-    # bandwidth-bound here), so the fit must move most of the way there.
-    assert abs(fit["bandwidth_frac"] - 0.6) < 0.1
+    # The default L40S scale is 1.0; the data were made with 1.4, so the fit must move
+    # most of the way there.
+    assert abs(fit["gpu_time_scale"] - 1.4) < 0.1
     assert abs(fit["fit_error_pct"]["measured.json:mean_itl_ms"]) < 3.0
     assert "mean_itl_ms" in proc.stdout
 
@@ -134,3 +139,12 @@ def test_run_serve_and_calibrate_take_the_same_engine_flags_with_the_same_defaul
     calibrate = engine_flags("calibrate")
     assert calibrate.pop(("--model",)) is None and calibrate.pop(("--gpu",)) is None
     assert calibrate == {k: v for k, v in run.items() if k not in {("--model",), ("--gpu",)}}
+
+
+def test_sim_run_names_the_kernel_family_and_the_source_of_its_figures() -> None:
+    proc = _sim("run", *_BASE, "--quantization", "awq")
+    assert proc.returncode == 0, proc.stderr
+    assert "step costs: Marlin 4-bit GEMMs; datasheet L40S, not profiled" in proc.stdout
+    proc = _sim("run", *[a if a != "L40S" else "H200" for a in _BASE])
+    assert proc.returncode == 0, proc.stderr
+    assert "step costs: cuBLAS bf16 GEMMs; profiled H200" in proc.stdout

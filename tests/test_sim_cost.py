@@ -1,91 +1,177 @@
-"""The cost model against the planner's roofline, and calibration files."""
+"""The operator cost model: kernel times from a profile or the datasheet, the step built from
+them, the residual on top, and calibration files. Known answers throughout: a profiled
+point is returned as measured, the residual adds what it says, padding follows vLLM's
+capture sizes."""
 
 from __future__ import annotations
 
 import json
-import random
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from servelab.errors import ServelabError
 from servelab.hardware.catalog import get_gpu
 from servelab.models import load_model
 from servelab.plan import EngineArgs
-from servelab.plan.roofline import Efficiency, StepShape, step_time
 from servelab.sim.calibrate import nelder_mead
-from servelab.sim.cost import Calibration, RooflineCostModel, default_calibration
-from servelab.sim.engine import SimRequest, build_engine
+from servelab.sim.cost import (
+    Calibration,
+    OperatorCostModel,
+    default_calibration,
+    kernel_times,
+    shipped_profile,
+)
+from servelab.sim.kernel_profile import KernelProfile
+from servelab.sim.kernels import DatasheetKernels, ProfiledKernels, _Curve, kernel_family
+from servelab.sim.operators import OperatorModel
+from servelab.sim.scheduler import ScheduledStep
 
-CAL = Calibration(gpu_class="L40S", bandwidth_frac=0.8, compute_frac=0.5, overlap_penalty=0.0,
-                  step_overhead_ms=2.0, per_seq_us=10.0, per_prefill_token_us=1.0,
-                  request_overhead_ms=3.0)
-
-
-def _roofline(model: str, gpu: str, args: EngineArgs, shape: StepShape, cal: Calibration) -> float:
-    return step_time(load_model(model, None), get_gpu(gpu), args, shape,
-                     Efficiency(cal.bandwidth_frac, cal.compute_frac)).total_s
-
-
-@pytest.mark.parametrize("gpu", ["L40S", "H200"])
-def test_linear_form_equals_the_planner_on_random_shapes(gpu: str) -> None:
-    args = EngineArgs(tensor_parallel_size=2)
-    cost = RooflineCostModel(load_model("Qwen/Qwen3-14B", None), get_gpu(gpu), args, CAL)
-    assert cost.linear is not None
-    rng = random.Random(0)
-    for _ in range(50):
-        d = rng.randrange(0, 64)
-        p = rng.randrange(0, 4096)
-        shape = StepShape(d, d * rng.randrange(1, 4000), p, p * rng.randrange(0, 8000))
-        seqs = d + (1 if p else 0)
-        want = (_roofline("Qwen/Qwen3-14B", gpu, args, shape, CAL) + 2e-3 + 10e-6 * seqs
-                + 1e-6 * p)
-        assert cost.step_duration_s(shape) == pytest.approx(want, rel=1e-9)
+CAL = Calibration(gpu_class="H200", gpu_time_scale=1.1, step_overhead_ms=2.0, per_seq_us=10.0,
+                  per_prefill_token_us=1.0, launch_us=30.0, request_overhead_ms=3.0)
+H200 = get_gpu("H200")
 
 
-def test_decode_only_steps_of_the_engine_follow_the_roofline() -> None:
+def _step(d: int = 0, dc: int = 0, p: int = 0, pc: int = 0, ps: int = 0) -> ScheduledStep:
+    return ScheduledStep([], [], d, dc, p, pc, 0, ps)
+
+
+def _profile() -> KernelProfile:
+    prof = shipped_profile(H200)
+    assert prof is not None
+    return prof
+
+
+def test_curve_is_exact_at_points_floored_below_and_proportional_beyond() -> None:
+    c = _Curve([10.0, 100.0, 1000.0], [1.0, 2.0, 8.0])
+    assert c(100.0) == pytest.approx(2.0)
+    assert c(1.0) == pytest.approx(1.0)            # floor
+    assert c(4000.0) == pytest.approx(32.0)        # 4x the work beyond the grid
+    assert c(10 ** 1.5) == pytest.approx(2 ** 0.5)  # linear in log-log between points
+
+
+def test_a_profiled_gemm_point_is_returned_as_measured() -> None:
+    prof = _profile()
+    kt = ProfiledKernels(prof, H200, DatasheetKernels(H200))
+    for p in prof.gemm[::17]:
+        assert kt.gemm_s(p.family, p.m, p.n, p.k) == pytest.approx(p.time_us * 1e-6, rel=1e-6)
+
+
+def test_decode_attention_follows_kv_bytes_per_sequence() -> None:
+    prof = _profile()
+    kt = ProfiledKernels(prof, H200, DatasheetKernels(H200))
+    p = next(x for x in prof.attention_decode if (x.q_heads, x.kv_heads, x.head_dim) == (32, 8, 128)
+             and x.batch == 16 and x.context == 512)
+    assert kt.attn_decode_s(16, 512, 32, 8, 128) == pytest.approx(p.time_us * 1e-6, rel=1e-6)
+    # Twice the KV heads at the same head_dim and GQA ratio: the bytes of twice the context.
+    at_2x = next(x for x in prof.attention_decode if (x.q_heads, x.kv_heads, x.head_dim) == (32, 8, 128)
+                 and x.batch == 16 and x.context == 2048)
+    assert kt.attn_decode_s(16, 1024, 64, 16, 128) == pytest.approx(at_2x.time_us * 1e-6, rel=1e-6)
+
+
+def test_moe_at_a_profiled_shape_is_the_measured_time() -> None:
+    prof = _profile()
+    kt = ProfiledKernels(prof, H200, DatasheetKernels(H200))
+    p = next(x for x in prof.moe if x.experts == 64 and x.tokens == 64)
+    assert kt.moe_s(64, 64, 8, 2048, 1024) == pytest.approx(p.time_us * 1e-6, rel=1e-6)
+
+
+@pytest.mark.parametrize(("fmt", "cc", "family"), [
+    ("awq", "9.0", "awq_machete"), ("awq", "8.9", "awq_marlin"), ("gptq", "8.0", "awq_marlin"),
+    ("fp8", "9.0", "fp8"), ("fp8", "8.9", "fp8"), ("fp8", "8.0", "fp8_marlin"), ("bf16", "8.9", "bf16")])
+def test_kernel_family_is_vllms_choice_per_generation(fmt: str, cc: str, family: str) -> None:
+    assert kernel_family(fmt, cc) == family
+
+
+def test_prediction_names_its_source() -> None:
     args = EngineArgs()
-    eng = build_engine("Qwen/Qwen3-14B", "L40S", None, args, CAL)
-    for i in range(4):
-        eng.add_request(SimRequest(f"r{i}", tuple(range(i * 100, i * 100 + 100)), 3, 0.0))
-    eng.step(0.0)  # the four prefills
-    for k in (1, 2):
-        # Each of the 4 decodes attends to its 100 prompt tokens + k outputs.
-        shape = StepShape(decode_seqs=4, decode_context_tokens=4 * (100 + k))
-        want = _roofline("Qwen/Qwen3-14B", "L40S", args, shape, CAL) + 2e-3 + 4 * 10e-6
-        assert eng.step(0.0).duration_s == pytest.approx(want, rel=1e-9)
+    prof = OperatorCostModel(load_model("Qwen/Qwen3-14B", "awq"), H200, args, CAL, kernel_times(H200, None))
+    assert prof.source.startswith("Machete 4-bit GEMMs; profiled H200")
+    l40s = get_gpu("L40S")
+    ds = OperatorCostModel(load_model("Qwen/Qwen3-14B", "awq"), l40s, args, CAL, kernel_times(l40s, None))
+    assert ds.source == "Marlin 4-bit GEMMs; datasheet L40S, not profiled"
 
 
-def test_overlap_penalty_adds_that_share_of_the_smaller_term() -> None:
+def test_the_residual_adds_what_it_says() -> None:
+    model = load_model("Qwen/Qwen3-14B", None)
     args = EngineArgs()
-    model, gpu = load_model("Qwen/Qwen3-14B", None), get_gpu("L40S")
-    half = CAL.model_copy(update={"overlap_penalty": 0.5})
-    shape = StepShape(decode_seqs=8, decode_context_tokens=8000, prefill_tokens=256,
-                      prefill_context_tokens=256 * 257 // 2)
-    st = step_time(model, gpu, args, shape, Efficiency(0.8, 0.5))
-    base = RooflineCostModel(model, gpu, args, CAL).step_duration_s(shape)
-    more = RooflineCostModel(model, gpu, args, half).step_duration_s(shape)
-    assert more - base == pytest.approx(0.5 * min(st.memory_s, st.compute_s), rel=1e-9)
+    cost = OperatorCostModel(model, H200, args, CAL, kernel_times(H200, None))
+    decode = _step(d=5, dc=5 * 300)
+    parts = cost.parts(decode)
+    assert parts.launches == 1  # decode-only, 5 <= 512: one full CUDA graph
+    assert cost.step_duration_s(decode) == pytest.approx(parts.total_s * 1.1 + 2e-3 + 5 * 10e-6)
+    mixed = _step(d=5, dc=5 * 300, p=200, pc=200 * 201 // 2, ps=1)
+    parts = cost.parts(mixed)
+    assert parts.launches == 2 * 40 + 8  # piecewise graphs: a piece + attention per layer
+    stage = max(parts.total_s * 1.1, parts.launches * 30e-6)
+    assert cost.step_duration_s(mixed) == pytest.approx(stage + 2e-3 + 6 * 10e-6 + 200 * 1e-6)
 
 
-def test_pipeline_stages_run_one_after_another() -> None:
-    model, gpu = load_model("Qwen/Qwen3-14B", None), get_gpu("H200")
-    args = EngineArgs(pipeline_parallel_size=2)
-    shape = StepShape(decode_seqs=1, decode_context_tokens=500)
-    stage = step_time(model, gpu, args, shape, Efficiency(0.8, 0.5)).total_s
-    got = RooflineCostModel(model, gpu, args, CAL).step_duration_s(shape)
-    assert got == pytest.approx(2 * stage + 2e-3 + 10e-6, rel=1e-9)
+def test_steps_beyond_the_captured_sizes_wait_for_their_launches() -> None:
+    # Known answer: a 1,024-token prefill of Qwen3-4B launches every kernel (36 layers x
+    # (8 + 2 for q/k norm) + 36 x 3 + 8) and at 100 us per launch the CPU, not the GPU, sets the step.
+    model = load_model("Qwen/Qwen3-4B", None)
+    slow_cpu = CAL.model_copy(update={"launch_us": 100.0})
+    cost = OperatorCostModel(model, H200, EngineArgs(), slow_cpu, kernel_times(H200, None))
+    shape = _step(p=1024, pc=1024 * 1025 // 2, ps=1)
+    parts = cost.parts(shape)
+    assert parts.launches == 36 * 10 + 36 * 3 + 8
+    assert parts.launches * 100e-6 > parts.total_s * 1.1
+    assert cost.step_duration_s(shape) == pytest.approx(parts.launches * 100e-6 + 2e-3 + 10e-6 + 1024e-6)
 
 
-def test_awq_weights_reach_less_bandwidth_than_bf16() -> None:
-    args = EngineArgs()
-    gpu = get_gpu("H200")
-    shape = StepShape(decode_seqs=1, decode_context_tokens=1000)
-    bf16 = RooflineCostModel(load_model("Qwen/Qwen3-14B", None), gpu, args, CAL)
-    awq = RooflineCostModel(load_model("Qwen/Qwen3-14B", "awq"), gpu, args, CAL, "awq")
-    awq_ideal = RooflineCostModel(load_model("Qwen/Qwen3-14B", "awq"), gpu, args, CAL)
-    # AWQ reads ~4x fewer weight bytes, but at 0.45 of the bandwidth.
-    assert awq_ideal.step_duration_s(shape) < awq.step_duration_s(shape) < bf16.step_duration_s(shape)
+def test_batches_are_padded_to_vllms_capture_sizes() -> None:
+    ops = OperatorModel(load_model("Qwen/Qwen3-14B", None), H200, EngineArgs(), kernel_times(H200, None))
+    assert [ops.padded(n) for n in (1, 3, 5, 9, 257, 512, 513)] == [1, 4, 8, 16, 272, 512, 513]
+    assert ops.tokens_s(ops.padded(3)) == ops.tokens_s(4)
+    eager = OperatorModel(load_model("Qwen/Qwen3-14B", None), H200, EngineArgs(enforce_eager=True),
+                          kernel_times(H200, None))
+    assert eager.padded(3) == 3
+
+
+def test_batch_one_decode_streams_the_weights_once() -> None:
+    # Known answer: at batch 1 the step's GEMMs read every weight once; their time is the
+    # weight bytes over the bandwidth the profile measured for shapes that size (0.5-0.9 of
+    # the H200's 4.8 TB/s), so the linear part lies between those two bandwidths.
+    model = load_model("Qwen/Qwen3-14B", None)
+    ops = OperatorModel(model, H200, EngineArgs(), kernel_times(H200, None))
+    weights = model.weight_bytes()
+    t = ops.tokens_s(1) + ops.seqs_s(1)
+    assert weights / (0.9 * 4.8e12) < t < weights / (0.5 * 4.8e12)
+
+
+def test_a_gpu_without_profile_uses_family_efficiencies() -> None:
+    l40s = get_gpu("L40S")
+    kt = kernel_times(l40s, None)
+    assert isinstance(kt, DatasheetKernels)
+    # a large decode GEMM is bandwidth-bound: bytes / (864 GB/s x 0.86) for bf16
+    n, k = 28672, 4096
+    want = (n * k * 2 + 2 * (n + k)) / (864e9 * 0.86)
+    assert kt.gemm_s("bf16", 1, n, k) == pytest.approx(want, rel=1e-9)
+    # Marlin on Ada streams 4-bit weights at 0.85 of the bandwidth (Marlin paper, A10)
+    assert kt.gemm_s("awq_marlin", 1, n, k) == pytest.approx(
+        (n * k * (0.5 + 4 / 128) + 2 * (n + k)) / (864e9 * 0.85), rel=1e-9)
+
+
+def test_pipeline_runs_one_request_through_every_stage_and_splits_a_batch() -> None:
+    model = load_model("Qwen/Qwen3-14B", None)
+    one = OperatorCostModel(model, H200, EngineArgs(), CAL, kernel_times(H200, None))
+    two = OperatorCostModel(model, H200, EngineArgs(pipeline_parallel_size=2), CAL, kernel_times(H200, None))
+    link = H200.interconnect
+    # One sequence: no second micro-batch, the two stages run one after the other.
+    shape = _step(d=1, dc=500)
+    stage = two.parts(shape).total_s
+    hop = link.allreduce_latency_us * 1e-6 + model.hidden * 2 / (link.unidirectional_gbs * 1e9)
+    assert two.step_duration_s(shape) == pytest.approx(2 * stage * 1.1 + hop + 2e-3 + 10e-6)
+    assert stage < one.parts(shape).total_s  # half the layers per stage
+    # Two prefill chunks of 4,096: two micro-batches of one chunk each in flight.
+    big = _step(p=8192, pc=2 * 4096 * 4097 // 2, ps=2)
+    micro = two.parts(_step(p=4096, pc=4096 * 4097 // 2, ps=1)).total_s
+    hop = link.allreduce_latency_us * 1e-6 + 4096 * model.hidden * 2 / (link.unidirectional_gbs * 1e9)
+    assert two.step_duration_s(big) == pytest.approx(2 * micro * 1.1 + hop + 2e-3 + 2 * 10e-6 + 8192e-6)
+    # compute-bound: the pipelined step is close to half of one GPU's
+    assert two.step_duration_s(big) < 0.6 * one.step_duration_s(big)
 
 
 def test_calibration_round_trips_and_rejects_unknown_keys(tmp_path: Path) -> None:
@@ -100,6 +186,9 @@ def test_calibration_round_trips_and_rejects_unknown_keys(tmp_path: Path) -> Non
     path.write_text("{not json")
     with pytest.raises(ServelabError, match="line 1"):
         Calibration.load(path)
+    path.write_text(json.dumps({"gpu_class": "L40S", "bandwidth_frac": 0.8, "compute_frac": 0.5}))
+    with pytest.raises(ServelabError, match="roofline calibration"):
+        Calibration.load(path)
 
 
 def test_default_calibration_matches_gpu_class_names() -> None:
@@ -109,36 +198,18 @@ def test_default_calibration_matches_gpu_class_names() -> None:
 
 def test_nelder_mead_finds_a_quadratic_minimum() -> None:
     x, fx, _ = nelder_mead(lambda v: float(((v - [1.0, -2.0, 0.5]) ** 2).sum()),
-                           __import__("numpy").zeros(3), 0.5, 400)
+                           np.zeros(3), 0.5, 400)
     assert x == pytest.approx([1.0, -2.0, 0.5], abs=1e-3)
     assert fx < 1e-6
 
 
-def test_weight_format_factor_slows_weight_reads_only() -> None:
-    # Known answer: memory = (weight bytes / 0.45 + KV bytes) / (peak x bandwidth_frac).
-    from servelab.models.costs import weights_read_bytes
-
-    args = EngineArgs()
-    model, gpu = load_model("Qwen/Qwen3-14B", "awq"), get_gpu("H200")
-    shape = StepShape(decode_seqs=32, decode_context_tokens=32 * 1000)
-    st = step_time(model, gpu, args, shape, Efficiency(0.8, 0.5))
-    weights_s = weights_read_bytes(model, 32) / (gpu.memory_bandwidth_gbs * 1e9 * 0.8)
-    memory_s = st.memory_s + weights_s * (1 / 0.45 - 1)
-    assert memory_s > st.compute_s  # a decode step: memory-bound
-    got = RooflineCostModel(model, gpu, args, CAL, "awq").step_duration_s(shape)
-    assert got == pytest.approx(memory_s + 2e-3 + 32 * 10e-6, rel=1e-9)
-
-
-def test_kv_reads_cost_the_same_for_awq_and_bf16() -> None:
-    # 16 more sequences' worth of context: the extra KV bytes stream at the base bandwidth
-    # whatever the weight format, so the step grows by the same time.
-    args, gpu = EngineArgs(), get_gpu("H200")
-    short = StepShape(decode_seqs=16, decode_context_tokens=16 * 500)
-    long = StepShape(decode_seqs=16, decode_context_tokens=16 * 4000)
-    bf16 = RooflineCostModel(load_model("Qwen/Qwen3-14B", None), gpu, args, CAL)
-    awq = RooflineCostModel(load_model("Qwen/Qwen3-14B", "awq"), gpu, args, CAL, "awq")
-    grow_bf16 = bf16.step_duration_s(long) - bf16.step_duration_s(short)
-    grow_awq = awq.step_duration_s(long) - awq.step_duration_s(short)
-    kv_bytes = 160 * 1024 * 16 * 3500  # Qwen3-14B: 160 KiB per token
-    assert grow_bf16 == pytest.approx(kv_bytes / (gpu.memory_bandwidth_gbs * 1e9 * 0.8), rel=1e-6)
-    assert grow_awq == pytest.approx(grow_bf16, rel=1e-9)
+def test_profile_files_are_checked(tmp_path: Path) -> None:
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps({"schema": "something-else"}))
+    with pytest.raises(ServelabError, match="not a servelab kernel profile"):
+        KernelProfile.load(path)
+    data = json.loads(_profile().to_json())
+    data["gemm"][0]["time_us"] = -1
+    path.write_text(json.dumps(data))
+    with pytest.raises(ServelabError, match="gemm.0.time_us"):
+        KernelProfile.load(path)

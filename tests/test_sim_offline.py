@@ -9,14 +9,12 @@ import pytest
 from servelab.metrics.summary import SummaryOptions, summarize
 from servelab.router.policies import make_policy
 from servelab.sim.cluster import Cluster, NetworkCosts
-from servelab.sim.cost import LinearCost
+from servelab.sim.cost import AffineCost
 from servelab.sim.engine import SimConfig, SimEngine
 from servelab.sim.offline import OfflineRequest, simulate
 
 # 10 ms per step + 1 ms per prefill token + 0.5 ms per decode sequence.
-_COST = LinearCost(mem=(0.0,) * 5, comp=(0.0, 0.0005, 0.0, 0.001, 0.0), allreduce=(0.0,) * 5,
-                   pp_stages=1, pp_hop_s=0.0, step_overhead_s=0.010, per_seq_s=0.0,
-                   per_prefill_token_s=0.0)
+_COST = AffineCost(step_s=0.010, per_decode_seq_s=0.0005, per_prefill_token_s=0.001)
 _NET = NetworkCosts(request_overhead_ms=3.0, router_hop_ms=0.5)
 
 
@@ -109,3 +107,33 @@ def test_every_request_finishes_under_load_with_a_small_pool() -> None:
     assert all(r.success and r.output_len == q.output_len for r, q in
                zip(sorted(run.records, key=lambda r: r.index), reqs))
     assert eng.stats.num_preemptions_total > 0
+
+
+def test_the_frontend_takes_requests_one_at_a_time() -> None:
+    # Known answer: 100 us per prompt token = 10 ms per 100-token prompt, one request at a
+    # time; three requests sent together reach the engine 10, 20 and 30 ms after the 3 ms
+    # overhead, each finds it idle (1 ms steps, one output token) and samples at once.
+    quick = SimEngine(SimConfig(num_gpu_blocks=256, block_size=16, max_num_seqs=8,
+                                max_num_batched_tokens=256, max_model_len=512),
+                      AffineCost(step_s=0.001))
+    net = NetworkCosts(request_overhead_ms=3.0, router_hop_ms=0.5, frontend_us_per_prompt_token=100.0)
+    run = simulate(Cluster([quick], None, net), [_req(i, 100, 1) for i in range(3)], [0.0] * 3)
+    got = sorted(r.ttft_ms for r in run.records)
+    assert got == pytest.approx([3.0 + 10.0 + 1.0, 3.0 + 20.0 + 1.0, 3.0 + 30.0 + 1.0])
+
+
+def test_streamed_tokens_hold_the_frontend_before_the_next_request() -> None:
+    # Request 0 streams its tokens from 1 ms steps (3->4, 4->5, ...), each costing the
+    # frontend 2 ms; request 1, sent at 1.5 ms, reaches it at 4.5 ms, while it streams
+    # request 0's first token (4 -> 6 ms), so it enters the engine at 6 ms, joins the step
+    # 6 -> 7 and samples at 7 ms (TTFT 5.5 ms); without that cost it would join 5 -> 6.
+    def ttft(out_us: float) -> float:
+        quick = SimEngine(SimConfig(num_gpu_blocks=256, block_size=16, max_num_seqs=8,
+                                    max_num_batched_tokens=256, max_model_len=512,
+                                    async_scheduling=False), AffineCost(step_s=0.001))
+        net = NetworkCosts(request_overhead_ms=3.0, router_hop_ms=0.5, frontend_us_per_output_token=out_us)
+        run = simulate(Cluster([quick], None, net), [_req(0, 10, 4), _req(1, 10, 1)], [0.0, 0.0015])
+        return next(r.ttft_ms for r in run.records if r.index == 1)
+
+    assert ttft(2000.0) == pytest.approx(5.5)
+    assert ttft(0.0) == pytest.approx(4.5)

@@ -7,14 +7,12 @@ import random
 import pytest
 
 from servelab.sim.blocks import BlockPool, prompt_block_hashes
-from servelab.sim.cost import LinearCost
+from servelab.sim.cost import AffineCost
 from servelab.sim.engine import RequestRejected, SimConfig, SimEngine, SimRequest
 
 # A cost model with round numbers: 10 ms per step + 1 ms per prefill token + 0.5 ms per
 # decode sequence (no roofline max: memory is 0).
-_COST = LinearCost(mem=(0.0,) * 5, comp=(0.0, 0.0005, 0.0, 0.001, 0.0), allreduce=(0.0,) * 5,
-                   pp_stages=1, pp_hop_s=0.0, step_overhead_s=0.010, per_seq_s=0.0,
-                   per_prefill_token_s=0.0)
+_COST = AffineCost(step_s=0.010, per_decode_seq_s=0.0005, per_prefill_token_s=0.001)
 
 
 def _engine(blocks: int = 64, bs: int = 4, seqs: int = 4, budget: int = 32, mml: int = 128,

@@ -18,7 +18,7 @@ import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
 from servelab.client.sse import DONE, SSEParser
-from servelab.sim.cost import LinearCost
+from servelab.sim.cost import AffineCost
 from servelab.sim.engine import SimConfig, SimEngine
 from servelab.sim.metrics_export import CacheConfig
 from servelab.sim.server import ARRIVAL_HEADER, ServerConfig, SimServer
@@ -26,9 +26,7 @@ from servelab.workload.tokenizer import load_tokenizer
 
 DATA = Path(__file__).parent / "data" / "sim_server"
 MODEL = "sim-model"
-COST = LinearCost(mem=(0.0,) * 5, comp=(0.0, 0.0005, 0.0, 0.001, 0.0), allreduce=(0.0,) * 5,
-                  pp_stages=1, pp_hop_s=0.0, step_overhead_s=0.010, per_seq_s=0.0,
-                  per_prefill_token_s=0.0)
+COST = AffineCost(step_s=0.010, per_decode_seq_s=0.0005, per_prefill_token_s=0.001)
 TOKENIZER = load_tokenizer(None)
 
 

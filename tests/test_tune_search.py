@@ -71,7 +71,8 @@ def test_infeasible_configurations_are_stored_and_avoided(tmp_path):
     assert all("Qwen/Qwen3-14B on L40S" in t.reason for t in bad)
     # Learned: past an infeasible value the line search does not go further that way.
     assert not any(t.params.get("gpu_memory_utilization") == 0.3 for t in res.trials)
-    assert res.best.status == "ok" and res.best.params["gpu_memory_utilization"] == 0.9
+    # The best trial is a feasible one (0.9, or vLLM's default where the search kept it).
+    assert res.best.status == "ok" and res.best.params.get("gpu_memory_utilization", 0.9) == 0.9
     assert (tmp_path / "trials").exists() and len(list((tmp_path / "trials").glob("*.json"))) == len(res.trials)
 
 

@@ -25,6 +25,7 @@ from servelab.cli.flags import extend_signature
 from servelab.errors import ServelabError
 from servelab.plan.args import VLLM_DEFAULT_GPU_MEMORY_UTILIZATION
 from servelab.sim.cost import Calibration
+from servelab.sim.kernel_profile import KernelProfile
 from servelab.sim.setup import SimOptions
 
 
@@ -48,6 +49,7 @@ class EngineFlags:
     router_policy: str = "round_robin"
     calibration: Path | None = None
     async_scheduling: bool = True
+    profile: Path | None = None
 
     def options(self) -> SimOptions:
         """Validate into `SimOptions` (ServelabError names a bad flag)."""
@@ -62,7 +64,7 @@ def engine_options(*, model: str, gpu: str, quantization: str | None, max_num_se
                    tensor_parallel_size: int, pipeline_parallel_size: int,
                    block_size: int | None, kv_cache_dtype: str | None, replicas: int,
                    router_policy: str, calibration: Path | None,
-                   async_scheduling: bool = True) -> SimOptions:
+                   async_scheduling: bool = True, profile: Path | None = None) -> SimOptions:
     """Validate the engine flags into `SimOptions` (ServelabError names a bad flag)."""
     from pydantic import ValidationError
 
@@ -89,9 +91,10 @@ def engine_options(*, model: str, gpu: str, quantization: str | None, max_num_se
     if router_policy not in POLICY_NAMES:
         raise ServelabError(f"--router-policy {router_policy!r}: choose one of {', '.join(POLICY_NAMES)}")
     cal = Calibration.load(calibration) if calibration is not None else None
+    prof = KernelProfile.load(profile) if profile is not None else None
     return SimOptions(model=model, gpu=gpu, quantization=quantization, engine_args=args,
                       replicas=replicas, router_policy=router_policy, calibration=cal,
-                      async_scheduling=async_scheduling)
+                      async_scheduling=async_scheduling, profile=prof)
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +137,8 @@ _FLAGS = (
     _Flag("router_policy", str, "round_robin", ("--router-policy",), "Routing policy for --replicas > 1."),
     _Flag("calibration", Optional[Path], None, ("--calibration",),
           "Calibration JSON from `servelab sim calibrate` (default: shipped factors)."),
+    _Flag("profile", Optional[Path], None, ("--profile",),
+          "Kernel profile JSON from `servelab sim profile` (default: the one servelab ships for the GPU, else its datasheet)."),
     _Flag("async_scheduling", bool, True, ("--async-scheduling/--no-async-scheduling",),
           "vLLM's async scheduling (its default): a request reaching a busy engine joins the step after next."),
 )

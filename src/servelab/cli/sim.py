@@ -88,7 +88,7 @@ def run_cmd(
     for line in memory_lines(out.memory, out.max_model_len, engine.replicas):
         console.print(line, highlight=False)
     console.print(summary_table(out.result, "servelab sim run (simulated)"))
-    for line in sim_lines(out.num_steps, out.preemptions, out.run.duration_s):
+    for line in sim_lines(out.num_steps, out.preemptions, out.run.duration_s, out.cost_source):
         console.print(line, highlight=False)
     if as_json:
         sys.stdout.write(json.dumps(data) + "\n")
@@ -168,6 +168,36 @@ def calibrate_cmd(
     console.print(f"wrote {out}", highlight=False)
     for line in fit.report_lines():
         console.print(line, highlight=False)
+
+
+@sim_app.command("profile")
+def profile_cmd(
+    out: Path = typer.Option(..., "--out", help="Where to write the kernel profile JSON."),
+    quick: bool = typer.Option(False, "--quick", help="A small grid (seconds): checks that every kernel family runs."),
+) -> None:
+    """Time the operators of an engine step on this machine's GPU 0 and write a kernel profile.
+
+    Needs PyTorch with CUDA; uses vLLM's kernels when vLLM imports (Marlin / Machete 4-bit,
+    CUTLASS fp8, fused MoE, FlashAttention with paged KV). The simulator prices steps from
+    the profile with `--profile FILE` (docs/simulator.md, "Cost model").
+    """
+    from servelab.sim.profiler import ProfileGrid, measure
+    from servelab.storage import check_writable, write_atomic
+
+    check_writable(out, "--out")
+    try:
+        import torch  # noqa: F401
+    except ModuleNotFoundError as exc:
+        raise ServelabError("sim profile needs PyTorch (and a CUDA GPU): pip install torch") from exc
+    console = make_console(stderr=True)
+    grid = ProfileGrid.quick() if quick else ProfileGrid()
+    profile = measure(grid, log=lambda msg: console.print(msg, highlight=False))
+    write_atomic(out, profile.to_json().encode())
+    console.print(f"wrote {out} ({len(profile.gemm)} GEMM, {len(profile.attention_decode)} + "
+                  f"{len(profile.attention_prefill)} attention, {len(profile.moe)} MoE points; "
+                  f"{profile.took_s:.0f} s)", highlight=False)
+    for family, why in sorted(profile.skipped.items()):
+        console.print(f"skipped {family}: {why}", highlight=False)
 
 
 def register(app: typer.Typer) -> None:

@@ -30,6 +30,7 @@ from servelab.experiment.planning import startup_from_plan
 from servelab.experiment.spec import DIRECT, ArmSpec, ExperimentSpec
 from servelab.experiment.targets import HttpTarget, OfflineSimTarget, Target
 from servelab.sim.cost import Calibration
+from servelab.sim.kernel_profile import KernelProfile
 from servelab.sim.setup import SimOptions
 
 ROUTER_START_S = 60.0
@@ -119,13 +120,15 @@ def _offline(spec: ExperimentSpec, arm: ArmSpec) -> ArmRun:
     assert spec.hardware.gpu is not None
     args = planner_args(spec, arm, strict=True)
     calibration = Calibration.load(spec.sim.calibration) if spec.sim.calibration else None
+    profile = KernelProfile.load(spec.sim.profile, "sim.profile") if spec.sim.profile else None
     opts = SimOptions(model=arm.model or spec.model.name, gpu=spec.hardware.gpu,
                       quantization=arm.quantization, engine_args=args, replicas=arm.replicas,
                       router_policy="round_robin" if arm.routing == DIRECT else arm.routing,
-                      calibration=calibration)
+                      calibration=calibration, profile=profile)
     # The engine the cells will build, built once here so a config that cannot start
     # (KV pool smaller than one request) fails the arm the way vLLM would.
-    engine = build_engine(opts.model, opts.gpu, opts.quantization, args, opts.resolved_calibration)
+    engine = build_engine(opts.model, opts.gpu, opts.quantization, args, opts.resolved_calibration,
+                          opts.async_scheduling, opts.profile)
     startup = startup_from_plan(engine.memory)
     return ArmRun(OfflineSimTarget(opts, direct=arm.routing == DIRECT), [startup] * arm.replicas, None)
 

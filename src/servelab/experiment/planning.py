@@ -22,6 +22,8 @@ from servelab.hardware.catalog import GPUSpec, get_gpu
 from servelab.models import ModelGeometry, load_model
 from servelab.plan import EngineArgs, MemoryPlan, plan_memory
 from servelab.plan.roofline import decode_ceiling_tok_s, decode_step
+from servelab.sim.cost import kernel_times
+from servelab.sim.kernels import FAMILY_NAMES, kernel_family
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,8 +56,11 @@ class ArmPlanner:
     def summary(self) -> dict[str, Any]:
         """What the manifest records: the memory plan and the single-request ceiling."""
         mem = self.memory()
+        family = kernel_family(self.model.weight_format, self.gpu.compute_capability)
         return {
             "memory": mem.model_dump(mode="json"),
+            # what prices this arm's GEMMs in the simulator, and from which figures
+            "kernels": f"{FAMILY_NAMES[family]} ({kernel_times(self.gpu, None).source})",
             "decode_ceiling_tok_s": decode_ceiling_tok_s(self.model, self.gpu, self.args),
             "decode_step_batch1_ms": decode_step(self.model, self.gpu, self.args, 1, 0).total_s * 1e3,
         }

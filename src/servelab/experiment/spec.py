@@ -59,6 +59,7 @@ class SimSettings(_Section):
 
     mode: Literal["offline", "online"] = "offline"
     calibration: Path | None = None
+    profile: Path | None = None
     time_scale: float = Field(1.0, gt=0)
 
 

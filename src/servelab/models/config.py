@@ -15,7 +15,7 @@ from typing import Any
 from servelab.errors import ServelabError
 from servelab.models.geometry import ModelGeometry, WeightFormat
 
-_QK_NORM_TYPES = frozenset({"qwen3", "qwen3_moe", "gemma3", "gemma3_text"})
+_QK_NORM_TYPES = frozenset({"qwen3", "qwen3_moe", "gemma3", "gemma3_text", "olmoe"})
 _BIAS_TYPES = frozenset({"qwen2", "qwen2_moe"})
 
 QUANTIZATION_ALIASES: dict[str, WeightFormat] = {

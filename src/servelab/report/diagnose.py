@@ -83,6 +83,33 @@ def routing_line(data: ExperimentData, c: CellFigures) -> str | None:
             f"and they crowd each other out")
 
 
+# Relative difference in weight bytes per GPU above which the diagnosis explains an arm's
+# gain or loss against the baseline by the bandwidth ceiling that moved.
+WEIGHTS_GAP = 0.05
+
+
+def weights_line(data: ExperimentData, c: CellFigures) -> str | None:
+    """Explains an arm that reads other weight bytes than the baseline (another weight
+    format) by the ceiling that moved: bytes per decode step, the roofline step at this
+    load for both arms, and what was measured (mean ITL, output tok/s)."""
+    if c.arm == data.baseline:
+        return None
+    me, base = data.arm_info(c.arm), data.arm_info(data.baseline)
+    b = data.cell(data.baseline, c.workload, c.load)
+    if not (me.plan and base.plan) or b is None or c.roofline is None or b.roofline is None:
+        return None
+    w, w0 = float(me.plan["memory"]["weights_gib"]), float(base.plan["memory"]["weights_gib"])
+    if abs(w - w0) <= WEIGHTS_GAP * w0 or not (b.output_tok_s and b.mean_itl_ms):
+        return None
+    kernels = f" with {me.plan['kernels']}" if me.plan.get("kernels") else ""
+    return (f"vs {data.baseline}: {w:.1f} GiB of weights per GPU instead of {w0:.1f} "
+            f"({w0 / w:.2f}x {'fewer' if w < w0 else 'more'} bytes per decode step){kernels}: the "
+            f"bandwidth ceiling's step at this load moves from {b.roofline.step_ms:.1f} to "
+            f"{c.roofline.step_ms:.1f} ms; measured mean ITL {b.mean_itl_ms:.1f} -> "
+            f"{c.mean_itl_ms:.1f} ms ({b.mean_itl_ms / c.mean_itl_ms:.2f}x), output tok/s "
+            f"{c.output_tok_s / b.output_tok_s:.2f}x")
+
+
 def diagnose_cell(data: ExperimentData, c: CellFigures) -> Diagnosis:
     """One cell's diagnosis; its first line names the workload and load."""
     base = data.cell(data.baseline, c.workload, c.load)
@@ -92,8 +119,7 @@ def diagnose_cell(data: ExperimentData, c: CellFigures) -> Diagnosis:
         mean_itl_ms=c.mean_itl_ms, mean_ttft_ms=c.mean_ttft_ms, roofline=c.roofline,
         failed=c.failed, baseline_ttft_ms=base_ttft))
     first, *rest = d.lines
-    routing = routing_line(data, c)
-    more = (routing,) if routing is not None else ()
+    more = tuple(x for x in (weights_line(data, c), routing_line(data, c)) if x is not None)
     return Diagnosis(d.kind, (f"{c.workload} at {c.load}: {first}", *rest, *more))
 
 

@@ -4,18 +4,23 @@ Each result file is re-run on the simulator with the same workload and load: the
 prompts, request rate, burstiness and max concurrency come from the result's vLLM keys, the
 seed and tokenizer from its `servelab` extras (else the flags), the dataset from the flags.
 The error is the sum over results and metrics of the squared relative error of the
-result's summary figures (`FIT_METRICS`, those present), TTFT weighted half (it carries
-network and client noise the bandwidth terms cannot explain), plus a weak pull towards the
-GPU class's defaults so that parameters the data cannot separate stay where they were.
+result's summary figures (`FIT_METRICS`, those present; mean TTFT counts as much as
+throughput and TPOT, the three figures a serving engineer reads first; p99 ITL and median
+TTFT less), plus a weak pull towards the GPU class's defaults so that parameters the data
+cannot separate stay where they were.
 
-Fitted: `bandwidth_frac, compute_frac, overlap_penalty, step_overhead_ms,
-request_overhead_ms` (`per_seq_us` and `per_prefill_token_us` stay at their defaults: bench
-summaries cannot tell them from the step overhead and the compute fraction).
-The search is Nelder-Mead (`nelder_mead`, numpy only: scipy is not a dependency). Why: five
+Fitted: the residual the kernels leave (`Calibration`): `gpu_time_scale, step_overhead_ms,
+per_seq_us, launch_us, request_overhead_ms, frontend_us_per_prompt_token,
+frontend_us_per_output_token`
+(`per_prefill_token_us` stays at its default: bench summaries cannot tell it from the
+launch and frontend costs). The kernel times
+themselves come from the GPU's profile and are never fitted; the residual is one set per
+GPU, fitted on cells of several models at once (each target carries its own deployment),
+and `evaluate` reports the error on cells the fit did not see.
+The search is Nelder-Mead (`nelder_mead`, numpy only: scipy is not a dependency). Why: seven
 parameters, an objective that is a whole simulation (no gradient; piecewise-smooth, since
 batch composition changes in steps), and a budget of tens of evaluations: a
-derivative-free simplex method fits that; coordinate search needs more evaluations for the
-correlated pair (bandwidth_frac, step_overhead_ms).
+derivative-free simplex method fits that.
 """
 
 from __future__ import annotations
@@ -40,12 +45,12 @@ from servelab.workload.datasets import DatasetOptions
 
 FIT_METRICS: dict[str, float] = {
     "total_token_throughput": 1.0, "output_throughput": 1.0, "mean_tpot_ms": 1.0,
-    "mean_itl_ms": 1.0, "p99_itl_ms": 0.5, "mean_ttft_ms": 0.5, "median_ttft_ms": 0.25,
+    "mean_itl_ms": 1.0, "p99_itl_ms": 0.5, "mean_ttft_ms": 1.0, "median_ttft_ms": 0.25,
 }
 PRIOR_WEIGHT = 0.002
-_PARAMS = ("bandwidth_frac", "compute_frac", "overlap_penalty", "step_overhead_ms",
-           "request_overhead_ms")
-_FRACS = ("bandwidth_frac", "compute_frac", "overlap_penalty")
+_PARAMS = ("gpu_time_scale", "step_overhead_ms", "per_seq_us", "launch_us",
+           "request_overhead_ms", "frontend_us_per_prompt_token", "frontend_us_per_output_token")
+_SCALE_BOUNDS = (0.6, 1.6)
 
 
 @dataclass(slots=True)
@@ -184,21 +189,14 @@ def nelder_mead(f: Callable[[np.ndarray], float], x0: np.ndarray, step: float,
 
 
 def _encode(cal: Calibration) -> np.ndarray:
-    out = []
-    for name in _PARAMS:
-        v = getattr(cal, name)
-        if name in _FRACS:
-            v = min(max(v, 0.01), 0.99)
-            out.append(math.log(v / (1 - v)))
-        else:
-            out.append(math.log(max(v, 1e-3)))
-    return np.array(out)
+    # log space: every parameter is positive and a relative step means the same for each
+    return np.array([math.log(max(getattr(cal, name), 1e-3)) for name in _PARAMS])
 
 
 def _decode(x: np.ndarray, base: Calibration) -> Calibration:
-    values = {}
-    for name, z in zip(_PARAMS, x):
-        values[name] = min(0.999, 1 / (1 + math.exp(-z))) if name in _FRACS else math.exp(z)
+    values = {name: math.exp(z) for name, z in zip(_PARAMS, x)}
+    lo, hi = _SCALE_BOUNDS
+    values["gpu_time_scale"] = min(hi, max(lo, values["gpu_time_scale"]))
     return base.model_copy(update=values)
 
 
@@ -213,10 +211,12 @@ class CalibrationFit:
         for name, metric, meas, sim in self.rows:
             lines.append(f"{name:<28}{metric:<24}{meas:>12.2f}{sim:>12.2f}{_pct(sim, meas):>8.1f}%")
         c = self.calibration
-        lines.append(f"fitted after {self.evals} simulations: bandwidth_frac {c.bandwidth_frac:.3f}, "
-                     f"compute_frac {c.compute_frac:.3f}, overlap_penalty {c.overlap_penalty:.3f}, "
-                     f"step_overhead_ms {c.step_overhead_ms:.2f}, "
-                     f"request_overhead_ms {c.request_overhead_ms:.2f}")
+        lines.append(f"fitted after {self.evals} simulations: gpu_time_scale {c.gpu_time_scale:.3f}, "
+                     f"step_overhead_ms {c.step_overhead_ms:.3f}, per_seq_us {c.per_seq_us:.1f}, "
+                     f"launch_us {c.launch_us:.1f}, "
+                     f"request_overhead_ms {c.request_overhead_ms:.2f}, "
+                     f"frontend_us per prompt / output token {c.frontend_us_per_prompt_token:.2f} / "
+                     f"{c.frontend_us_per_output_token:.1f}")
         return lines
 
 
@@ -241,7 +241,7 @@ def calibrate(opts: SimOptions, targets: Sequence[Target], max_evals: int = 60,
                     err += FIT_METRICS[k] * ((sim[k] - meas) / meas) ** 2
         return err
 
-    x, fx, evals = nelder_mead(objective, prior, 0.15, max_evals)
+    x, fx, evals = nelder_mead(objective, prior, 0.3, max_evals)
     if progress is not None:
         progress(f"objective {fx:.5f} after {evals} simulations")
     best = _decode(x, base)
@@ -255,3 +255,15 @@ def calibrate(opts: SimOptions, targets: Sequence[Target], max_evals: int = 60,
     fit.calibration = best.model_copy(update={
         "fitted_on": tuple(t.name for t in targets), "fit_error_pct": errors})
     return fit
+
+
+def evaluate(opts: SimOptions, targets: Sequence[Target],
+             cal: Calibration) -> list[tuple[str, str, float, float]]:
+    """(target, metric, measured, simulated) for each of `targets` under `cal`: the error
+    on cells the fit did not see (held-out models) comes from here."""
+    rows = []
+    for t in targets:
+        sim = simulated_metrics(_trial(opts, t, cal), t)
+        for k, meas in t.measured.items():
+            rows.append((t.name, k, meas, sim.get(k, float("nan"))))
+    return rows

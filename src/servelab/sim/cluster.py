@@ -23,10 +23,16 @@ class NetworkCosts:
     `request_overhead_ms`: client -> server HTTP, JSON parsing, tokenisation, detokenise
     and SSE of the first token (fitted by `sim calibrate`, as part of a `Calibration`);
     `router_hop_ms`: the extra proxy hop when there is more than one replica.
+    `frontend_us_per_prompt_token`: the replica's API server's own time per prompt token
+    (tokenising it), spent one request at a time, so concurrent arrivals queue for it;
+    `frontend_us_per_output_token`: its time per streamed token (detokenise, SSE), which new
+    requests queue behind.
     """
 
     request_overhead_ms: float = 3.0
     router_hop_ms: float = 0.5
+    frontend_us_per_prompt_token: float = 0.0
+    frontend_us_per_output_token: float = 0.0
 
 
 class Cluster:
@@ -49,6 +55,15 @@ class Cluster:
         """Seconds from the client's send to the replica's queue."""
         hop = self.network.router_hop_ms if len(self.engines) > 1 else 0.0
         return (self.network.request_overhead_ms + hop) / 1e3
+
+    def frontend_s(self, prompt_tokens: int) -> float:
+        """Seconds a replica's API-server frontend spends on one request before the engine."""
+        return self.network.frontend_us_per_prompt_token * prompt_tokens * 1e-6
+
+    @property
+    def frontend_output_s(self) -> float:
+        """Seconds of a replica's frontend per output token it streams."""
+        return self.network.frontend_us_per_output_token * 1e-6
 
     def route(self, req: RouteRequest, now_s: float) -> int:
         """The replica index for `req` (counted in flight until `finished`)."""

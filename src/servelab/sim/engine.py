@@ -21,7 +21,14 @@ from typing import Any
 
 from servelab.errors import ServelabError
 from servelab.sim.blocks import BlockPool, prompt_block_hashes
-from servelab.sim.cost import Calibration, CostModel, RooflineCostModel, default_calibration
+from servelab.sim.cost import (
+    Calibration,
+    CostModel,
+    OperatorCostModel,
+    default_calibration,
+    kernel_times,
+)
+from servelab.sim.kernel_profile import KernelProfile
 from servelab.sim.scheduler import SchedRequest, ScheduledStep, Scheduler, SchedulerLimits
 
 
@@ -247,12 +254,14 @@ class SimEngine:
 
 
 def build_engine(model: str, gpu: str, quantization: str | None, args: Any,
-                 calibration: Calibration | None, async_scheduling: bool = True) -> SimEngine:
+                 calibration: Calibration | None, async_scheduling: bool = True,
+                 profile: KernelProfile | None = None) -> SimEngine:
     """The simulated replica for `model` on `gpu` with vLLM `EngineArgs` `args`.
 
     KV pool and limits come from the planner (`plan_memory`), so they equal what
-    `servelab plan` prints; step costs from the roofline with `calibration` (the shipped
-    defaults for the GPU class when None).
+    `servelab plan` prints; step costs from the operator model with the GPU's kernel
+    `profile` (None: the shipped one, else the datasheet) and `calibration` (None: the
+    shipped residual for the GPU class).
     """
     from servelab.hardware.catalog import get_gpu
     from servelab.models import load_model
@@ -264,7 +273,7 @@ def build_engine(model: str, gpu: str, quantization: str | None, args: Any,
     if not mem.fits:
         raise ServelabError(f"{model} on {spec.name}: {mem.reason}")
     cal = calibration if calibration is not None else default_calibration(spec.name)
-    cost = RooflineCostModel(geometry, spec, args, cal, quantization)
+    cost = OperatorCostModel(geometry, spec, args, cal, kernel_times(spec, profile))
     config = SimConfig(
         num_gpu_blocks=mem.num_gpu_blocks, block_size=mem.block_size,
         max_num_seqs=mem.max_num_seqs, max_num_batched_tokens=mem.max_num_batched_tokens,

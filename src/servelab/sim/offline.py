@@ -2,13 +2,16 @@
 
 Client semantics are the bench client's (`servelab.client.sender`): request i is due at
 `intended_s[i]`; with `max_concurrency` it then waits (FIFO) for a free slot, recorded as
-`slot_wait_ms`; it reaches its replica `Cluster.ingress_s` after it is sent; a token reaches
-the client when its step ends. Warm-ups (copies of the first requests) run first, capped
+`slot_wait_ms`; it reaches its replica `Cluster.ingress_s` after it is sent, then waits its
+turn in the replica's API-server frontend, which takes requests one at a time
+(`Cluster.frontend_s`: tokenising the prompt; a burst of long prompts queues there, as in
+vLLM's single-process API server, which also streams every output token and takes new
+requests between); a token reaches the client when its step ends. Warm-ups (copies of the first requests) run first, capped
 alike, and their records carry negative times as the client's do.
 
 The discrete-event core is `_run`: a heap of (time, seq, kind, arg) with four kinds:
 a request falls due, a request reaches a replica, a replica's step ends, an idle replica is
-kicked. A replica starts a step when its previous step ends and it has work, or, when a
+kicked, and (with a frontend cost) a request leaves the frontend for the engine. A replica starts a step when its previous step ends and it has work, or, when a
 request reaches it idle, after all other events of that instant (so requests arriving
 together share the first step, as they do when the online server's loop wakes).
 """
@@ -26,7 +29,7 @@ from servelab.sim.cluster import Cluster
 from servelab.sim.engine import RequestRejected, SimEngine
 from servelab.sim.scheduler import ScheduledStep
 
-_STEP_DONE, _REACH, _DUE, _KICK = 0, 1, 2, 3
+_STEP_DONE, _REACH, _DUE, _KICK, _ADMIT = 0, 1, 2, 3, 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +107,8 @@ def _run(cluster: Cluster, requests: Sequence[OfflineRequest], intended_s: Seque
     busy = [False] * len(engines)
     pending: list[tuple[list, list]] = [([], [])] * len(engines)
     ingress = cluster.ingress_s
+    frontend_free = [t0] * len(engines)  # when each replica's frontend is next free
+    out_cost = cluster.frontend_output_s
     t_last = t0
     steps = 0
 
@@ -158,6 +163,9 @@ def _run(cluster: Cluster, requests: Sequence[OfflineRequest], intended_s: Seque
             emitted, done = pending[arg]
             for r in emitted:
                 flights[r.tag].times.append(now)  # type: ignore[union-attr, index]
+            if emitted and out_cost:
+                # the frontend streams these tokens (detokenise, SSE) before the next intake
+                frontend_free[arg] = max(now, frontend_free[arg]) + out_cost * len(emitted)
             for r in done:
                 complete(r.tag, now)  # type: ignore[arg-type]
             t_last = now
@@ -165,12 +173,20 @@ def _run(cluster: Cluster, requests: Sequence[OfflineRequest], intended_s: Seque
                 start_step(arg, now)
             else:
                 busy[arg] = False
-        elif kind == _REACH:
+        elif kind in (_REACH, _ADMIT):
             fl = flights[arg]
             assert fl is not None
             req = requests[arg]
-            k = cluster.route(fl.route, now)
-            fl.replica = k
+            if kind == _REACH:
+                k = cluster.route(fl.route, now)
+                fl.replica = k
+                cost = cluster.frontend_s(len(req.prompt_token_ids))
+                if cost > 0 or frontend_free[k] > now:
+                    frontend_free[k] = max(now, frontend_free[k]) + cost
+                    heapq.heappush(heap, (frontend_free[k], seq, _ADMIT, arg))
+                    seq += 1
+                    continue
+            k = fl.replica
             try:
                 engines[k].add(f"{id(fl)}-{req.index}", req.prompt_token_ids, req.output_len,
                                now, tag=arg)

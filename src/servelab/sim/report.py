@@ -19,6 +19,8 @@ def memory_lines(memory: Any, max_model_len: int, replicas: int) -> list[str]:
     ]
 
 
-def sim_lines(num_steps: int, preemptions: int, duration_s: float) -> list[str]:
-    """What only a simulator knows: engine steps and preemptions over the run."""
-    return [f"simulated {duration_s:.1f} s in {num_steps:,} engine steps; preemptions: {preemptions:,}"]
+def sim_lines(num_steps: int, preemptions: int, duration_s: float, cost_source: str) -> list[str]:
+    """What only a simulator knows: engine steps and preemptions over the run, and what
+    priced the steps (kernel family; profiled GPU or datasheet)."""
+    return [f"simulated {duration_s:.1f} s in {num_steps:,} engine steps; preemptions: {preemptions:,}",
+            f"step costs: {cost_source}"]

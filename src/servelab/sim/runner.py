@@ -57,6 +57,7 @@ class OfflineOutcome:
     preemptions: int
     date: str
     notes: tuple[str, ...]
+    cost_source: str  # which kernels priced the steps and where their times come from
 
 
 class TraceWriter:
@@ -78,13 +79,14 @@ class TraceWriter:
 
 def simulate_prepared(opts: SimOptions, wl: PreparedWorkload, seed: int,
                       max_concurrency: int | None, num_warmups: int,
-                      trace: TraceWriter | None = None) -> tuple[OfflineRun, Any, int, int]:
-    """(run, memory plan, max_model_len, preemptions) of one simulation with fresh engines."""
+                      trace: TraceWriter | None = None) -> tuple[OfflineRun, Any, int, int, str]:
+    """(run, memory plan, max_model_len, preemptions, cost source) of one simulation with
+    fresh engines."""
     cluster = build_cluster(opts, random.Random(seed))
     run = simulate(cluster, wl.requests, wl.intended_s, max_concurrency, num_warmups, trace)
     engine = cluster.engines[0]
     preemptions = sum(e.stats.num_preemptions_total for e in cluster.engines)
-    return run, engine.memory, engine.config.max_model_len, preemptions
+    return run, engine.memory, engine.config.max_model_len, preemptions, engine.cost.source
 
 
 def run_offline(opts: SimOptions, dataset: DatasetOptions, seed: int, arrivals: ArrivalOptions,
@@ -95,14 +97,14 @@ def run_offline(opts: SimOptions, dataset: DatasetOptions, seed: int, arrivals: 
     wl = prepare_workload(dataset, seed, arrivals)
     if trace_path is not None:
         with trace_path.open("w") as fh:
-            run, memory, mml, pre = simulate_prepared(opts, wl, seed, max_concurrency,
-                                                      num_warmups, TraceWriter(fh))
+            run, memory, mml, pre, source = simulate_prepared(opts, wl, seed, max_concurrency,
+                                                              num_warmups, TraceWriter(fh))
     else:
-        run, memory, mml, pre = simulate_prepared(opts, wl, seed, max_concurrency, num_warmups)
+        run, memory, mml, pre, source = simulate_prepared(opts, wl, seed, max_concurrency, num_warmups)
     result = summarize(run.records, run.duration_s, summary_opts).with_run(RunInfo(
         date=date, backend=BACKEND, label=label, model_id=opts.model,
         tokenizer_id=wl.tokenizer_name, num_prompts=len(wl.requests), metadata=metadata or {}, request_rate=arrivals.request_rate,
         burstiness=arrivals.burstiness, max_concurrency=max_concurrency,
         ramp_up_strategy=arrivals.ramp_up_strategy, ramp_up_start_rps=arrivals.ramp_up_start_rps,
         ramp_up_end_rps=arrivals.ramp_up_end_rps, seed=seed, tokenizer=wl.tokenizer_source))
-    return OfflineOutcome(result, run, memory, mml, run.num_steps, pre, date, wl.notes)
+    return OfflineOutcome(result, run, memory, mml, run.num_steps, pre, date, wl.notes, source)

@@ -76,6 +76,7 @@ class ScheduledStep:
     prefill_tokens: int
     prefill_context_tokens: int
     preempted: int
+    prefill_seqs: int = 0  # requests in the step with prompt tokens (each samples one logit row)
 
 
 class Scheduler:
@@ -186,7 +187,7 @@ class Scheduler:
         self.num_preemptions_total += preempted
         if not preempted:
             p_tok, p_ctx = self._admit(reqs, nums, budget, p_tok, p_ctx)
-        return ScheduledStep(reqs, nums, d_seqs, d_ctx, p_tok, p_ctx, preempted)
+        return ScheduledStep(reqs, nums, d_seqs, d_ctx, p_tok, p_ctx, preempted, len(reqs) - d_seqs)
 
     def _admit(self, reqs: list[SchedRequest], nums: list[int], budget: int,
                p_tok: int, p_ctx: int) -> tuple[int, int]:

@@ -19,6 +19,7 @@ from typing import Any
 from servelab.sim.cluster import Cluster, NetworkCosts
 from servelab.sim.cost import Calibration, default_calibration
 from servelab.sim.engine import SimEngine, build_engine
+from servelab.sim.kernel_profile import KernelProfile
 from servelab.sim.offline import OfflineRequest
 from servelab.workload.request import RequestSpec
 
@@ -37,6 +38,7 @@ class SimOptions:
     router_policy: str = "round_robin"
     calibration: Calibration | None = None
     async_scheduling: bool = True  # vLLM's --async-scheduling (on by default since V1)
+    profile: KernelProfile | None = None  # None: the GPU's shipped profile, else its datasheet
 
     @property
     def resolved_calibration(self) -> Calibration:
@@ -51,10 +53,12 @@ def build_cluster(opts: SimOptions, rng: random.Random) -> Cluster:
         raise ValueError("replicas must be >= 1")
     cal = opts.resolved_calibration
     first = build_engine(opts.model, opts.gpu, opts.quantization, opts.engine_args, cal,
-                         opts.async_scheduling)
+                         opts.async_scheduling, opts.profile)
     engines = [first] + [SimEngine(first.config, first.cost) for _ in range(opts.replicas - 1)]
     policy = make_policy(opts.router_policy, rng) if opts.replicas > 1 else None
-    return Cluster(engines, policy, NetworkCosts(cal.request_overhead_ms, ROUTER_HOP_MS))
+    return Cluster(engines, policy, NetworkCosts(cal.request_overhead_ms, ROUTER_HOP_MS,
+                                                 cal.frontend_us_per_prompt_token,
+                                                 cal.frontend_us_per_output_token))
 
 
 def fit_token_ids(ids: Sequence[int], prompt_len: int, index: int) -> tuple[int, ...]:

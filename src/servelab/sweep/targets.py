@@ -55,7 +55,7 @@ def open_sim(opts: SimOptions) -> OpenTarget:
     from servelab.sim.engine import build_engine
 
     engine = build_engine(opts.model, opts.gpu, opts.quantization, opts.engine_args,
-                          opts.resolved_calibration)
+                          opts.resolved_calibration, opts.async_scheduling, opts.profile)
     planner = ArmPlanner(load_model(opts.model, opts.quantization), get_gpu(opts.gpu), opts.engine_args)
     a = opts.engine_args
     gpus = a.tensor_parallel_size * a.pipeline_parallel_size * opts.replicas

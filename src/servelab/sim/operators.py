@@ -1,0 +1,262 @@
+"""The operator-level cost model: one engine step priced as the kernels vLLM runs for it.
+
+For a step of the scheduler (decode sequences with their contexts, prefill chunks with the
+context they attend), one GPU of a replica runs, per decoder layer of its pipeline stage:
+- GEMMs with M = the step's tokens (padded to the CUDA-graph size vLLM captured, as it
+  pads them) and N, K of its tensor-parallel shard: fused QKV, O, fused gate-up, down
+  (MLA: each projection); MoE layers: the router GEMM and vLLM's fused MoE (top-k, two
+  grouped GEMMs over the experts the batch touches, at the tokens each expert gets);
+- attention: decode over each sequence's paged KV (bytes per sequence from kv heads, head
+  dim, and the window on sliding layers), prefill over each chunk and its cached context;
+- bandwidth-bound kernels: two fused residual-add + RMSNorms, q/k norm and rotary, the KV
+  cache write, the MLP activation, fp8 activation quantization for W8A8 GEMMs;
+- with TP, two all-reduces of M x hidden (ring: latency + 2(TP-1)/TP x bytes over the link);
+then once per step: the embedding gather, the final norm, the LM head over the sequences
+that sample (one row each: vLLM computes logits for every scheduled request's last
+token) and the sampler over their logits.
+Each kernel's time comes from a `KernelTimes` provider (`servelab.sim.kernels`: the GPU's
+measured profile, else its datasheet with kernel-family efficiencies).
+
+The CPU launches the kernels: a decode-only batch within vLLM's captured sizes replays one
+full CUDA graph (one launch); a batch with a prefill within them replays a graph piece per
+layer with attention launched between; a batch beyond them (more than 512 tokens by
+default) launches every kernel. The GPU cannot run ahead of its launches, so a stage takes
+max(kernel time, launches x the CPU's time per launch): small models' long prefill steps
+are launch-bound (on the H200 host: Qwen3-4B's 1,024-token prefill takes ~40 ms where its
+kernels take ~14 ms).
+
+What the kernels leave out is a small residual per GPU (`Calibration`, fitted by `sim
+calibrate` over several models at once, never per model): the CPU's time per launch, a
+fixed CPU cost per step and per scheduled sequence, a global scale on kernel time
+(clocks under sustained load vs the micro-benchmarks) and a per-request cost before the
+engine sees a request.
+
+Speed: everything that depends only on the step's token count is computed once per count
+and cached (at most `max_num_batched_tokens` entries); attention is interpolated per step.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_left
+from dataclasses import dataclass
+
+from servelab.hardware.catalog import GPUSpec
+from servelab.models.costs import kv_bytes_per_layer_token
+from servelab.models.geometry import ModelGeometry
+from servelab.plan.args import EngineArgs, cudagraph_capture_sizes, resolve_limits
+from servelab.sim.kernels import FAMILY_NAMES, KernelTimes, kernel_family
+
+ALLREDUCES_PER_LAYER = 2
+
+
+@dataclass(frozen=True, slots=True)
+class StepParts:
+    """One step on one GPU of one stage: kernel seconds by kind (before the GPU scale) and
+    the launches the CPU makes outside CUDA graphs."""
+
+    linear_s: float       # GEMMs, MoE, elementwise kernels, all-reduce, LM head, sampler
+    attention_s: float
+    launches: int         # kernel or graph launches from the CPU (0: one full CUDA graph)
+
+    @property
+    def total_s(self) -> float:
+        """Kernel seconds (the GPU's work)."""
+        return self.linear_s + self.attention_s
+
+
+@dataclass(frozen=True, slots=True)
+class _Gemm:
+    n: int
+    k: int
+    count: float  # per layer
+
+
+class OperatorModel:
+    """Per-kernel step pricing of one model on one GPU under `args` (see the module doc)."""
+
+    def __init__(self, model: ModelGeometry, gpu: GPUSpec, args: EngineArgs,
+                 kernels: KernelTimes) -> None:
+        self.model, self.gpu, self.args, self.kernels = model, gpu, args, kernels
+        tp, pp = args.tensor_parallel_size, args.pipeline_parallel_size
+        self.tp, self.pp = tp, pp
+        self.family = kernel_family(model.weight_format, gpu.compute_capability)
+        stage = math.ceil(model.layers / pp)
+        self.stage_frac = stage / model.layers
+        self.stage_layers = stage
+        self.q_heads = max(1, model.heads // tp)
+        self.kv_heads = max(1, model.kv_heads // tp) if tp > 1 else model.kv_heads
+        self.kv_layer_bytes = kv_bytes_per_layer_token(model, args.kv_cache_dtype, tp)
+        self.full_layers = model.full_attention_layers * self.stage_frac
+        self.sliding_layers = len(model.sliding_layers) * self.stage_frac
+        self.window = model.sliding_window or 0
+        limits = resolve_limits(model, gpu, args)
+        self.capture = () if args.enforce_eager else cudagraph_capture_sizes(limits.max_num_seqs)
+        self.dense_gemms, self.moe_gemms = self._layer_gemms()
+        self.dense_layers = (model.dense_layers if model.is_moe else model.layers) * self.stage_frac
+        self.moe_layers = model.moe_layers * self.stage_frac
+        self._per_tokens: dict[int, float] = {}
+        self._per_seqs: dict[int, float] = {}
+        if model.is_mla:
+            # MLA decode attends in the latent space: one "head" of the latent width per query
+            self.attn_kv_heads, self.attn_head_dim = 1, model.kv_lora_rank + model.qk_rope_head_dim
+        else:
+            self.attn_kv_heads, self.attn_head_dim = self.kv_heads, model.head_dim
+
+    def describe(self) -> str:
+        """Which kernels price the step and where their times come from."""
+        return f"{FAMILY_NAMES.get(self.family, self.family)} GEMMs; {self.kernels.source}"
+
+    # -- shapes ------------------------------------------------------------------------
+    def _layer_gemms(self) -> tuple[list[_Gemm], list[_Gemm]]:
+        """(GEMMs of every layer: attention + dense MLP shapes, GEMMs of shared experts)."""
+        m, tp = self.model, self.tp
+        fused: dict[str, list] = {"qkv": [], "gate_up": [], "shared_gate_up": []}
+        attn: list[_Gemm] = []
+        mlp: list[_Gemm] = []
+        shared: list[_Gemm] = []
+        for s in m.linear_shapes():
+            out = s.out_features // tp if s.tp_split else s.out_features
+            inner = s.in_features
+            if s.tp_split and s.name.endswith(("o_proj", "down_proj")):
+                out, inner = s.out_features, s.in_features // tp  # row-parallel: K is split
+            per_layer = 1.0  # every non-expert shape appears once in each layer that has it
+            if s.role == "expert":
+                continue  # priced by the fused MoE kernel
+            short = s.name.rsplit(".", 1)[-1]
+            if s.role == "attention" and short in ("q_proj", "k_proj", "v_proj") and not m.is_mla:
+                fused["qkv"].append((out, inner))
+            elif short in ("gate_proj", "up_proj"):
+                key = "shared_gate_up" if s.role == "shared_expert" else "gate_up"
+                fused[key].append((out, inner))
+            else:
+                target = attn if s.role == "attention" else (shared if s.role == "shared_expert" else mlp)
+                target.append(_Gemm(out, inner, per_layer))
+        if fused["qkv"]:
+            attn.append(_Gemm(sum(o for o, _ in fused["qkv"]), fused["qkv"][0][1], 1.0))
+        if fused["gate_up"]:
+            mlp.append(_Gemm(sum(o for o, _ in fused["gate_up"]), fused["gate_up"][0][1], 1.0))
+        if fused["shared_gate_up"]:
+            shared.append(_Gemm(sum(o for o, _ in fused["shared_gate_up"]),
+                                fused["shared_gate_up"][0][1], 1.0))
+        self._attn_gemms = attn
+        return mlp, shared
+
+    def padded(self, tokens: int) -> int:
+        """Tokens the kernels run: the smallest captured CUDA-graph size >= tokens (vLLM pads
+        the batch to it), or the tokens themselves beyond the largest."""
+        cap = self.capture
+        if not cap or tokens > cap[-1]:
+            return tokens
+        return cap[bisect_left(cap, tokens)]
+
+    # -- per token count (cached) ------------------------------------------------------
+    def _gemm(self, m: int, g: _Gemm, family: str | None = None) -> float:
+        fam = family or self.family
+        t = self.kernels.gemm_s(fam, m, g.n, g.k)
+        if fam == "fp8":  # dynamic per-tensor activation quantization before each W8A8 GEMM
+            t += self.kernels.elementwise_s(3.0 * m * g.k)
+        return t * g.count
+
+    def tokens_s(self, tokens: int) -> float:
+        """Seconds of every kernel whose work depends only on the step's (padded) tokens."""
+        got = self._per_tokens.get(tokens)
+        if got is not None:
+            return got
+        m, k, M = self.model, self.kernels, tokens
+        h = m.hidden
+        act = 2.0  # bf16 activations
+        layer = sum(self._gemm(M, g) for g in self._attn_gemms)
+        qk = (self.q_heads + self.kv_heads) * m.head_dim
+        layer += 2 * k.elementwise_s(4 * act * M * h)                     # fused add + RMSNorm
+        layer += k.elementwise_s(2 * act * M * qk) * (2 if m.qk_norm else 1)  # q/k norm, rotary
+        layer += k.elementwise_s(2.0 * M * self.kv_layer_bytes)           # KV cache write
+        if self.tp > 1:
+            link = self.gpu.interconnect
+            wire = M * h * act * 2 * (self.tp - 1) / self.tp / (link.unidirectional_gbs * 1e9)
+            layer += ALLREDUCES_PER_LAYER * (wire + link.allreduce_latency_us * 1e-6)
+        total = layer * self.stage_layers
+        if self.dense_layers:
+            inter = m.intermediate // self.tp
+            mlp = sum(self._gemm(M, g) for g in self.dense_gemms) + k.elementwise_s(3 * act * M * inter)
+            total += mlp * self.dense_layers
+        if self.moe_layers:
+            inter = m.moe_intermediate // self.tp
+            moe = k.gemm_s("bf16", M, m.num_experts, h)  # router logits
+            moe += k.moe_s(M, m.num_experts, m.experts_per_token, h, inter)
+            if self.moe_gemms:
+                width = (m.shared_expert_intermediate or m.moe_intermediate) * m.shared_experts // self.tp
+                moe += sum(self._gemm(M, g) for g in self.moe_gemms) + k.elementwise_s(3 * act * M * width)
+            total += moe * self.moe_layers
+        if self.pp == 1 or self.stage_frac == 1.0:
+            total += k.elementwise_s(act * M * h * 2) + k.elementwise_s(4 * act * M * h)  # embed, norm
+        self._per_tokens[tokens] = total
+        return total
+
+    def seqs_s(self, seqs: int) -> float:
+        """LM head over `seqs` rows and the sampler over their logits (last stage)."""
+        got = self._per_seqs.get(seqs)
+        if got is not None:
+            return got
+        m, k = self.model, self.kernels
+        vocab = m.vocab // self.tp
+        t = k.gemm_s("bf16", seqs, vocab, m.hidden)
+        # logits to fp32, greedy/top-k sampling, log-prob bookkeeping: three passes over them
+        t += 3 * k.elementwise_s(seqs * vocab * 4.0 * 2)
+        self._per_seqs[seqs] = t
+        return t
+
+    # -- per step -----------------------------------------------------------------------
+    def attention_s(self, decode_seqs: int, decode_ctx: int, prefill_tokens: int,
+                    prefill_ctx: int, prefill_seqs: int) -> float:
+        """Attention seconds of one step on one GPU of one stage."""
+        k = self.kernels
+        qh, kvh, hd = self.q_heads, self.attn_kv_heads, self.attn_head_dim
+        t = 0.0
+        if decode_seqs:
+            ctx = decode_ctx / decode_seqs
+            if self.full_layers:
+                t += self.full_layers * k.attn_decode_s(decode_seqs, ctx, qh, kvh, hd)
+            if self.sliding_layers:
+                t += self.sliding_layers * k.attn_decode_s(decode_seqs, min(ctx, self.window), qh, kvh, hd)
+        if prefill_tokens:
+            chunks = max(1, prefill_seqs)
+            q = max(1, round(prefill_tokens / chunks))
+            cached = max(0.0, prefill_ctx / prefill_tokens - (q + 1) / 2.0)
+            if self.full_layers:
+                t += self.full_layers * chunks * k.attn_prefill_s(q, cached, qh, kvh, self.model.head_dim)
+            if self.sliding_layers:
+                win = min(cached, max(0.0, self.window - q)) if self.window else cached
+                t += self.sliding_layers * chunks * k.attn_prefill_s(q, win, qh, kvh, self.model.head_dim)
+        return t
+
+    def kernels_per_step(self) -> int:
+        """Kernels one step launches when nothing is captured (eager, torch.compile'd)."""
+        m = self.model
+        attn = 8 + (2 if m.qk_norm else 0)      # QKV, rope, KV write, attention, O, 2 add+norm
+        tp = 2 if self.tp > 1 else 0             # all-reduces
+        mlp = 3                                  # gate-up, activation, down
+        moe = 7 + (3 if m.shared_experts else 0)  # router, top-k, align, 2 grouped GEMMs, act, sum
+        layers = (self.stage_layers * (attn + tp) + self.dense_layers * mlp + self.moe_layers * moe)
+        return round(layers) + 8                 # embedding, final norm, LM head, sampler
+
+    def launches(self, tokens: int, prefill_tokens: int) -> int:
+        """CPU launches of a step: 1 for a decode-only batch that replays a full CUDA graph;
+        a graph piece and the attention kernel per layer for a mixed batch within the
+        captured sizes (vLLM's piecewise graphs); every kernel beyond them."""
+        cap = self.capture
+        if cap and tokens <= cap[-1]:
+            return 1 if prefill_tokens == 0 else 2 * self.stage_layers + 8
+        return self.kernels_per_step()
+
+    def parts(self, decode_seqs: int, decode_ctx: int, prefill_tokens: int, prefill_ctx: int,
+              prefill_seqs: int) -> StepParts:
+        """The step's kernel seconds and CPU launches on one stage (see `StepParts`)."""
+        tokens = decode_seqs + prefill_tokens
+        if tokens == 0:
+            return StepParts(0.0, 0.0, 0)
+        linear = self.tokens_s(self.padded(tokens))
+        if self.stage_frac == 1.0 or self.pp == 1:
+            linear += self.seqs_s(decode_seqs + prefill_seqs)
+        attn = self.attention_s(decode_seqs, decode_ctx, prefill_tokens, prefill_ctx, prefill_seqs)
+        return StepParts(linear, attn, self.launches(tokens, prefill_tokens))

@@ -1,0 +1,54 @@
+"""Writing output files: checked before work starts, written atomically when produced.
+
+`check_writable` is called before a command measures or fits anything, so a bad path
+costs nothing; `write_atomic` writes through a temporary file in the same folder, fsyncs
+it and renames it over the target, so a reader never sees half a file and a crash
+leaves the old one. Files get the mode the umask allows (mkstemp alone gives 0600).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from servelab.errors import ServelabError
+
+
+def _umask() -> int:
+    # os.umask can only be read by setting it; restored at once (single-threaded callers).
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def check_writable(path: Path, flag: str) -> None:
+    """Raise `ServelabError` naming `flag` unless `path` can be created or replaced."""
+    parent = path.parent if str(path.parent) else Path(".")
+    if path.is_dir():
+        raise ServelabError(f"{flag}: {path} is a folder, not a file")
+    probe = parent
+    while not probe.exists():
+        probe = probe.parent
+    if not probe.is_dir():
+        raise ServelabError(f"{flag}: {path}: {probe} is a file, not a folder")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise ServelabError(f"{flag}: {path}: {probe} is not writable")
+    if path.exists() and not os.access(path, os.W_OK):
+        raise ServelabError(f"{flag}: {path} is not writable")
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write `data` to `path`: temp file in the same folder, fsync, rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
