@@ -207,3 +207,38 @@ def test_recounted_lookups_are_named_with_the_bound_they_leave() -> None:
         ServerFigures(prefix_hit_rate=0.2, prefix_queries=3000.0, prompt_tokens=1000.0),
         ServerFigures(prefix_hit_rate=0.5, prefix_queries=1000.0, prompt_tokens=1000.0)])
     assert (both.prefix_queries, both.prompt_tokens) == (4000.0, 2000.0)
+
+
+AWQ_SPEC = """\
+name: awqgain
+engine: sim
+hardware: {gpu: L40S}
+model: Qwen/Qwen3-14B
+arms:
+  - {name: bf16, baseline: true}
+  - {name: awq, quantization: awq}
+workloads:
+  - {name: rnd, dataset_name: random, random_input_len: 128, random_output_len: 32}
+loads: {concurrency: [4], num_prompts: 12}
+seed: 3
+"""
+
+
+def test_a_quantized_arm_is_explained_by_the_ceiling_that_moved(tmp_path: Path) -> None:
+    from servelab.experiment import load_spec, run_experiment
+
+    spec = tmp_path / "awq.yaml"
+    spec.write_text(AWQ_SPEC)
+    run_experiment(load_spec(spec), tmp_path / "run")
+    data = load_experiment(tmp_path / "run")
+    by_arm = {a.arm: a.lines for a in diagnose_arms(data)}
+    w = {a.name: a.plan["memory"]["weights_gib"] for a in data.arms}
+    line = next(x for x in by_arm["awq"] if x.startswith("vs bf16:"))
+    # Known answer: the planner's weights per GPU and their ratio, and the kernel family
+    # and source of the simulated AWQ GEMMs on an Ada GPU without a profile.
+    assert line.startswith(f"vs bf16: {w['awq']:.1f} GiB of weights per GPU instead of "
+                           f"{w['bf16']:.1f} ({w['bf16'] / w['awq']:.2f}x fewer bytes per decode step) "
+                           "with Marlin 4-bit (datasheet L40S, not profiled)")
+    awq, bf16 = data.cell("awq", "rnd", "c4"), data.cell("bf16", "rnd", "c4")
+    assert f"output tok/s {awq.output_tok_s / bf16.output_tok_s:.2f}x" in line
+    assert not any(x.startswith("vs bf16:") for x in by_arm["bf16"])

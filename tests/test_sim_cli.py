@@ -148,3 +148,40 @@ def test_sim_run_names_the_kernel_family_and_the_source_of_its_figures() -> None
     proc = _sim("run", *[a if a != "L40S" else "H200" for a in _BASE])
     assert proc.returncode == 0, proc.stderr
     assert "step costs: cuBLAS bf16 GEMMs; profiled H200" in proc.stdout
+
+
+def test_calibrate_across_models_reports_each_model_held_out(tmp_path: Path) -> None:
+    # Two models' results made with one known residual; fitting on one and predicting the
+    # other must come close (the kernels are the same physics), and each model is reported.
+    truth = tmp_path / "truth.json"
+    truth.write_text(json.dumps({**default_calibration("L40S").model_dump(mode="json"),
+                                 "gpu_time_scale": 1.3, "fitted_on": [], "fit_error_pct": {}}))
+    common = ["--gpu", "L40S", "--dataset-name", "random", "--num-prompts", "6",
+              "--random-input-len", "512", "--random-output-len", "12", "--seed", "5",
+              "--max-concurrency", "2"]
+    files = []
+    for model, name in (("Qwen/Qwen3-0.6B", "small.json"), ("Qwen/Qwen3-1.7B", "large.json")):
+        proc = _sim("run", *common, "--model", model, "--calibration", str(truth), "--save-result",
+                    "--result-dir", str(tmp_path), "--result-filename", name)
+        assert proc.returncode == 0, proc.stderr
+        files.append(str(tmp_path / name))
+    out = tmp_path / "fit.json"
+    proc = _sim("calibrate", *files, *common, "--model", "Qwen/Qwen3-0.6B",
+                "--model-for", "large.json=Qwen/Qwen3-1.7B", "--leave-one-model-out",
+                "--max-evals", "16", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert "held out Qwen/Qwen3-0.6B" in proc.stdout and "held out Qwen/Qwen3-1.7B" in proc.stdout
+    held = json.loads(out.read_text())["held_out_error_pct"]
+    assert {k.split("/")[0] + "/" + k.split("/")[1] for k in held} == {"Qwen/Qwen3-0.6B", "Qwen/Qwen3-1.7B"}
+    assert abs(held["Qwen/Qwen3-1.7B/large.json:mean_itl_ms"]) < 10.0
+
+
+def test_calibrate_checks_its_output_before_fitting(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    proc = _sim("calibrate", str(tmp_path / "none.json"), "--gpu", "L40S", "--model", "Qwen/Qwen3-0.6B",
+                "--dataset-name", "random", "--out", str(blocker / "sub" / "fit.json"))
+    assert proc.returncode == 2
+    err = " ".join(proc.stderr.split())  # the console wraps long lines
+    assert err.startswith("error: --out:") and "is a file, not a folder" in err
+    assert "Traceback" not in proc.stderr

@@ -122,18 +122,21 @@ def test_the_frontend_takes_requests_one_at_a_time() -> None:
     assert got == pytest.approx([3.0 + 10.0 + 1.0, 3.0 + 20.0 + 1.0, 3.0 + 30.0 + 1.0])
 
 
-def test_streamed_tokens_hold_the_frontend_before_the_next_request() -> None:
-    # Request 0 streams its tokens from 1 ms steps (3->4, 4->5, ...), each costing the
-    # frontend 2 ms; request 1, sent at 1.5 ms, reaches it at 4.5 ms, while it streams
-    # request 0's first token (4 -> 6 ms), so it enters the engine at 6 ms, joins the step
-    # 6 -> 7 and samples at 7 ms (TTFT 5.5 ms); without that cost it would join 5 -> 6.
-    def ttft(out_us: float) -> float:
-        quick = SimEngine(SimConfig(num_gpu_blocks=256, block_size=16, max_num_seqs=8,
-                                    max_num_batched_tokens=256, max_model_len=512,
-                                    async_scheduling=False), AffineCost(step_s=0.001))
-        net = NetworkCosts(request_overhead_ms=3.0, router_hop_ms=0.5, frontend_us_per_output_token=out_us)
-        run = simulate(Cluster([quick], None, net), [_req(0, 10, 4), _req(1, 10, 1)], [0.0, 0.0015])
-        return next(r.ttft_ms for r in run.records if r.index == 1)
-
-    assert ttft(2000.0) == pytest.approx(5.5)
-    assert ttft(0.0) == pytest.approx(4.5)
+def test_the_frontend_streams_tokens_in_its_turn_behind_intake() -> None:
+    # Known answer: 1 ms steps, 2 ms of frontend per streamed token, 100 us per prompt
+    # token (1 ms per 10-token prompt), one FIFO. Request 0 reaches it at 3 ms, enters the
+    # engine at 4, samples at 5, 6, 7 ms. Its first token is streamed 5 -> 7 ms. Request 1,
+    # sent at 2.5 ms, reaches the frontend at 5.5, behind that token: taken 7 -> 8 ms. Then
+    # request 0's second token (sampled at 6) 8 -> 10, its third 10 -> 12; request 1's
+    # token, sampled in step 8 -> 9, streamed 12 -> 14 ms.
+    quick = SimEngine(SimConfig(num_gpu_blocks=256, block_size=16, max_num_seqs=8,
+                                max_num_batched_tokens=256, max_model_len=512,
+                                async_scheduling=False), AffineCost(step_s=0.001))
+    net = NetworkCosts(request_overhead_ms=3.0, router_hop_ms=0.5, frontend_us_per_prompt_token=100.0,
+                       frontend_us_per_output_token=2000.0)
+    run = simulate(Cluster([quick], None, net), [_req(0, 10, 3), _req(1, 10, 1)], [0.0, 0.0025])
+    by = {r.index: r for r in run.records}
+    assert by[0].ttft_ms == pytest.approx(7.0)
+    assert by[0].itl_ms == pytest.approx([3.0, 2.0])
+    assert by[1].ttft_ms == pytest.approx(14.0 - 2.5)
+    assert run.duration_s == pytest.approx(0.014)

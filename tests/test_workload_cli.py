@@ -77,6 +77,12 @@ def _bad_sharegpt(tmp: Path) -> str:
     return str(path)
 
 
+def _a_file(tmp: Path) -> Path:
+    path = tmp / "a-file"
+    path.write_text("not a folder")
+    return path
+
+
 def _bad_jsonl(tmp: Path) -> str:
     path = tmp / "bad.jsonl"
     path.write_text('{"prompt": "w"}\n{"prompt": "w", "output_len": -1}\n', encoding="utf-8")
@@ -96,7 +102,7 @@ def _bad_jsonl(tmp: Path) -> str:
         (lambda t: ["--dataset-path", _bad_sharegpt(t)], "byte 27 (line 3)"),
         (lambda t: ["--dataset-name", "jsonl", "--dataset-path", _bad_jsonl(t)], "bad.jsonl:2:"),
         (lambda t: ["--tokenizer", str(t / "nope")], "--tokenizer"),
-        (lambda t: FIXTURE_ARGS + ["--plot", str(t / "no" / "dir.png")], "does not exist"),
+        (lambda t: FIXTURE_ARGS + ["--plot", str(_a_file(t) / "dir.png")], "is a file, not a folder"),
         (lambda t: FIXTURE_ARGS + ["--plot", str(t / "p.xyz")], "--plot"),
     ],
 )

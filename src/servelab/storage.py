@@ -8,9 +8,11 @@ leaves the old one. Files get the mode the umask allows (mkstemp alone gives 060
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from servelab.errors import ServelabError
 
@@ -38,10 +40,25 @@ def check_writable(path: Path, flag: str) -> None:
         raise ServelabError(f"{flag}: {path} is not writable")
 
 
+TMP_SUFFIX = ".tmp"  # a crash can leave `.<name>.<random>.tmp` behind; never a half file
+
+
+def check_writable_dir(folder: Path, flag: str) -> None:
+    """Raise `ServelabError` naming `flag` unless files can be created in `folder` (made
+    when it does not exist yet)."""
+    probe = folder
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if not probe.is_dir():
+        raise ServelabError(f"{flag}: {folder}: {probe} is a file, not a folder")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise ServelabError(f"{flag}: {folder}: {probe} is not writable")
+
+
 def write_atomic(path: Path, data: bytes) -> None:
-    """Write `data` to `path`: temp file in the same folder, fsync, rename."""
+    """Write `data` to `path`: temp file in the same folder, fsync, rename (umask mode)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=TMP_SUFFIX)
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
@@ -52,3 +69,21 @@ def write_atomic(path: Path, data: bytes) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def read_json(path: Path, flag: str) -> Any:
+    """A JSON file's content; `ServelabError` naming `flag`, the file and the line otherwise."""
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError as exc:
+        raise ServelabError(f"{flag}: {path} does not exist") from exc
+    except json.JSONDecodeError as exc:
+        raise ServelabError(f"{flag}: {path} line {exc.lineno}: not JSON ({exc.msg})") from exc
+    except OSError as exc:
+        raise ServelabError(f"{flag}: {path}: {exc.strerror}") from exc
+
+
+def write_json_atomic(path: Path, data: Any, indent: int | None = 1) -> None:
+    """`data` as JSON (NaN and infinity as JSON's extensions, as vLLM writes them) by
+    `write_atomic`."""
+    write_atomic(path, json.dumps(data, indent=indent, allow_nan=True).encode("utf-8"))

@@ -35,6 +35,7 @@ from servelab.errors import ServelabError
 from servelab.metrics.gpu import GpuSampler
 from servelab.metrics.records import RequestRecord
 from servelab.metrics.result import RunInfo, parse_metadata, write_result
+from servelab.storage import check_writable, check_writable_dir
 from servelab.metrics.scrape import MetricsScraper
 from servelab.metrics.summary import (
     SummaryOptions,
@@ -206,6 +207,12 @@ def bench(
     target = _target(base_url, host, port, endpoint, backend, served_model_name or model or "",
                      ignore_eos, request_timeout_s, api_key)
     target = dataclasses.replace(target, sampling=sampling)
+    saving = save_result or append_result or result_filename is not None or result_dir is not None
+    if saving:  # before any request: a bad path must not lose the run
+        if result_filename is not None:
+            check_writable((result_dir or Path(".")) / result_filename, "--result-dir/--result-filename")
+        else:
+            check_writable_dir(result_dir or Path("."), "--result-dir")
     err = make_console(stderr=True)
     tok = load_tokenizer(dataset.tokenizer)
     work = build_workload(dataset, tok, seed)
@@ -233,7 +240,7 @@ def bench(
     if sent.interrupted:
         result = result.as_partial()
     data = result.to_json_dict(detailed=save_detailed)
-    if save_result or append_result or result_filename or result_dir:
+    if saving:
         path = _result_path(result_dir, result_filename, run)
         write_result(path, data, append_result)
         err.print(f"result written to {path}", highlight=False)

@@ -22,6 +22,7 @@ from servelab.workload.inspect import (
     summarize,
 )
 from servelab.workload.tokenizer import load_tokenizer
+from servelab.storage import check_writable
 
 _BAR_WIDTH = 40
 _BINS = 12
@@ -79,6 +80,10 @@ def inspect_command(
     ),
 ) -> None:
     """Build a workload and show its size, notes and prompt/output length distributions."""
+    if save_samples_to is not None:
+        check_writable(save_samples_to.expanduser(), "--save-samples")
+    if plot is not None:
+        check_writable(plot.expanduser(), "--plot")
     tokenizer = load_tokenizer(dataset.tokenizer)
     workload = build_workload(dataset, tokenizer, seed)
     summary = summarize(workload)

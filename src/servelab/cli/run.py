@@ -26,11 +26,13 @@ def run_cmd(
     from servelab.cli.report import print_report
     from servelab.experiment import load_spec, run_experiment
     from servelab.experiment.cells import CellSelection
+    from servelab.storage import check_writable_dir
 
     spec = load_spec(spec_file)
     select = CellSelection(frozenset(arm), frozenset(workload), frozenset(load))
     select.check(spec)
     root = out or spec.output_dir or Path("runs") / spec.name
+    check_writable_dir(root, "--out")  # before any arm starts
     err = make_console(stderr=True)
     err.print(f"experiment {spec.name}: {len(spec.arms)} arms x {len(spec.workloads)} workloads "
               f"-> {root}", highlight=False)

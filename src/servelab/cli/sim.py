@@ -22,6 +22,7 @@ from servelab.cli.engine_flags import engine_options as engine_options  # `sweep
 from servelab.cli.flags import load_flags, workload_flags
 from servelab.errors import ServelabError
 from servelab.sim.setup import SimOptions
+from servelab.storage import check_writable, check_writable_dir
 from servelab.workload.arrivals import ArrivalOptions
 from servelab.workload.datasets import DatasetOptions
 
@@ -71,6 +72,12 @@ def run_cmd(
         metric_percentiles=parse_metric_percentiles(metric_percentiles),
         goodput=parse_goodput(list(goodput)) if goodput else None)
     meta = parse_metadata(list(metadata or []))
+    if trace is not None:
+        check_writable(trace, "--trace")
+    if result_filename is not None:
+        check_writable((result_dir or Path(".")) / result_filename, "--result-dir/--result-filename")
+    elif save_result or append_result or result_dir is not None:
+        check_writable_dir(result_dir or Path("."), "--result-dir")
     date = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     out = run_offline(engine, dataset, seed, arrivals, max_concurrency, num_warmups,
                       summary_opts, trace_path=trace, date=date, label=label, metadata=meta)
@@ -125,6 +132,8 @@ def calibrate_cmd(
     engine: EngineFlags,
     out: Path = typer.Option(..., "--out", help="Where to write the calibration JSON."),
     max_evals: int = typer.Option(60, "--max-evals", help="Simulations the search may run."),
+    model_for: Optional[list[str]] = typer.Option(None, "--model-for", help="RESULT=MODEL: the model (catalog name or config.json) a result file was measured on, where it is not --model (repeatable); one residual is fitted across them."),
+    leave_one_model_out: bool = typer.Option(False, "--leave-one-model-out", help="With cells of several models: also fit on all but one model and report the error on the one left out, for each."),
 ) -> None:
     """Fit efficiency factors and overheads to measured results; print what error is left.
 
@@ -134,10 +143,12 @@ def calibrate_cmd(
     with the workload, seed, load, warm-ups and tokenizer it recorded, on its own arm
     (model, weight format, engine args); GPU from the spec. Prints the error per cell.
     """
-    from servelab.sim.calibrate import calibrate, load_targets
+    from servelab.sim.calibrate import calibrate, load_targets, parse_model_for, with_models
+    from servelab.sim.calibrate import leave_one_model_out as loo
 
     if max_evals < 1:
         raise ServelabError(f"--max-evals {max_evals}: must be >= 1")
+    check_writable(out, "--out")  # before any fit: a bad path must not cost the search
     console = make_console()
     if experiment is not None:
         from servelab.sim.experiment_targets import experiment_targets, parse_arm_models
@@ -161,9 +172,14 @@ def calibrate_cmd(
         if engine.model is None or engine.gpu is None:
             raise ServelabError("--model and --gpu are required without --experiment")
         opts = engine.options()
-        targets = load_targets(results, dataset, seed, arrivals, max_concurrency, num_warmups)
+        targets = with_models(load_targets(results, dataset, seed, arrivals, max_concurrency,
+                                           num_warmups), opts, parse_model_for(list(model_for or [])))
     fit = calibrate(opts, targets, max_evals=max_evals,
                     progress=lambda msg: console.print(msg, highlight=False))
+    if leave_one_model_out:
+        held = loo(opts, targets, max_evals, progress=lambda msg: console.print(msg, highlight=False))
+        fit.calibration = fit.calibration.model_copy(update={
+            "held_out_error_pct": {f"{m}/{k}": v for m, errs in held.items() for k, v in errs.items()}})
     fit.calibration.save(out)
     console.print(f"wrote {out}", highlight=False)
     for line in fit.report_lines():
@@ -182,7 +198,7 @@ def profile_cmd(
     the profile with `--profile FILE` (docs/simulator.md, "Cost model").
     """
     from servelab.sim.profiler import ProfileGrid, measure
-    from servelab.storage import check_writable, write_atomic
+    from servelab.storage import write_atomic
 
     check_writable(out, "--out")
     try:

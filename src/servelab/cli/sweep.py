@@ -76,7 +76,8 @@ def sweep_cmd(
     from servelab.experiment.spec import NumPromptsRule
     from servelab.sweep.levels import LevelAxis, Targets
     from servelab.sweep.plots import sweep_plot
-    from servelab.sweep.report import outcome_json, summary_lines, sweep_table, write_json_atomic
+    from servelab.storage import check_writable_dir, write_json_atomic
+    from servelab.sweep.report import outcome_json, summary_lines, sweep_table
     from servelab.sweep.runner import SweepConfig, run_sweep
     from servelab.sweep.slo import parse_slo
     from servelab.sweep.targets import open_arm, open_sim, open_url
@@ -97,6 +98,8 @@ def sweep_cmd(
         raise ServelabError("--knee-tolerance and --flat-gain must be in (0, 1)")
     if rate_duration_s <= 0 or burstiness <= 0:
         raise ServelabError("--rate-duration-s and --burstiness must be > 0")
+    if out is not None:
+        check_writable_dir(out, "--out")  # before the first level runs
     hi = max_level if max_level is not None else (1024.0 if mode == "concurrency" else 100.0)
     axis = LevelAxis(mode, min_level, hi, growth, rate_resolution)  # type: ignore[arg-type]
     slo_obj = parse_slo(list(slo), slo_percentile) if slo else None

@@ -67,6 +67,7 @@ def tune_cmd(
     from servelab.sweep.targets import open_arm
     from servelab.sweep.trials import TrialStore
     from servelab.sweep.tune import TuneConfig, sim_opener, tune
+    from servelab.storage import check_writable_dir
 
     if sim == (spec is not None):
         raise ServelabError("give exactly one target: --sim (with --model, --gpu) or --spec FILE")
@@ -74,6 +75,7 @@ def tune_cmd(
         raise ServelabError(f"--objective {objective!r}: use goodput or throughput")
     if max_trials is not None and max_trials < 1:
         raise ServelabError(f"--max-trials {max_trials}: must be >= 1")
+    check_writable_dir(out, "--out")  # before the first trial runs
     slo_obj = parse_slo(list(slo), slo_percentile)
     settings: dict[str, Any]
     if sim:
@@ -130,7 +132,7 @@ def tune_cmd(
         "trials_spent": len(res.trials), "trials_reused": res.reused, "grid_size": res.grid_size,
         "infeasible": sum(1 for t in res.trials if t.status != "ok"), "objective": objective,
     }
-    from servelab.sweep.report import write_json_atomic
+    from servelab.storage import write_json_atomic
 
     write_json_atomic(out / "tune.json", summary)
     console = make_console(stderr=as_json)

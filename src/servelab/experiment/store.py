@@ -17,32 +17,15 @@ finished cell, which is what makes resuming exact: a cell is done iff its file e
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from servelab.errors import ServelabError
+from servelab.storage import TMP_SUFFIX, write_json_atomic
 
-TMP_SUFFIX = ".tmp"
 ArmState = Literal["started", "done", "failed"]
-
-
-def write_json_atomic(path: Path, data: Any) -> None:
-    """Write `data` as JSON to `path` by temp file + fsync + `os.replace`."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=TMP_SUFFIX)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(data, fh, indent=1, allow_nan=True)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def read_json(path: Path) -> Any:

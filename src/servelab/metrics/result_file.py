@@ -6,12 +6,11 @@
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from servelab.errors import ServelabError
+from servelab.storage import write_atomic
 
 
 def write_result(path: Path, result_json: dict[str, Any], append: bool) -> None:
@@ -33,17 +32,7 @@ def write_result(path: Path, result_json: dict[str, Any], append: bool) -> None:
             raise ServelabError(f"cannot read {path} to append to it: {exc}") from exc
     separator = "\n" if existing else ""
     payload = existing + separator + json.dumps(result_json)
-    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as tmp:
-            tmp.write(payload)
-            tmp.flush()
-            os.fsync(tmp.fileno())
-        os.replace(tmp_name, path)
-    except BaseException:
-        # A failed or interrupted write must not leave its temporary file behind.
-        Path(tmp_name).unlink(missing_ok=True)
-        raise
+    write_atomic(path, payload.encode("utf-8"))
 
 
 def load_results(path: Path) -> list[dict[str, Any]]:

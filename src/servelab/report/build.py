@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,6 +11,7 @@ from servelab.report.diagnose import ArmDiagnosis, diagnose_arms
 from servelab.report.html import render_html
 from servelab.report.plots import Plot, make_plots
 from servelab.report.tables import Table, all_tables
+from servelab.storage import write_atomic
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,27 +65,15 @@ def build_report(root: Path, plots: bool = True) -> Report:
     )
 
 
-def _write_atomic(path: Path, content: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(content)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def write_report(root: Path, report: Report) -> list[Path]:
     """Write report.md, report.html and the PNGs into `root`; returns the paths."""
     root = Path(root)
     paths = []
     for p in report.plots:
         path = root / "plots" / f"{p.name}.png"
-        _write_atomic(path, p.png)
+        write_atomic(path, p.png)
         paths.append(path)
     for name, text in (("report.md", report.to_markdown()), ("report.html", report.to_html())):
-        _write_atomic(root / name, text.encode("utf-8"))
+        write_atomic(root / name, text.encode("utf-8"))
         paths.append(root / name)
     return paths

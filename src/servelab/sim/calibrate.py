@@ -267,3 +267,51 @@ def evaluate(opts: SimOptions, targets: Sequence[Target],
         for k, meas in t.measured.items():
             rows.append((t.name, k, meas, sim.get(k, float("nan"))))
     return rows
+
+
+def model_of(opts: SimOptions, target: Target) -> str:
+    """The model a target was measured on (its own deployment's, else `opts`')."""
+    return (target.options or opts).model
+
+
+def leave_one_model_out(opts: SimOptions, targets: Sequence[Target], max_evals: int,
+                        progress: Callable[[str], None] | None = None) -> dict[str, dict[str, float]]:
+    """For each model among `targets`' deployments: fit the residual on the other models'
+    cells only and report that fit's error (%) on this model's cells, per cell:metric.
+    What a residual fitted per GPU promises for a model it has not seen; needs >= 2 models."""
+    models = sorted({model_of(opts, t) for t in targets})
+    if len(models) < 2:
+        raise ServelabError("leave-one-model-out needs cells of at least two models")
+    out: dict[str, dict[str, float]] = {}
+    for held in models:
+        rest = [t for t in targets if model_of(opts, t) != held]
+        fit = calibrate(opts, rest, max_evals=max_evals)
+        errs = {f"{name}:{metric}": round(_pct(sim, meas), 2)
+                for name, metric, meas, sim in evaluate(opts, [t for t in targets if model_of(opts, t) == held],
+                                                         fit.calibration)}
+        out[held] = errs
+        if progress is not None:
+            mean = sum(abs(e) for e in errs.values()) / max(len(errs), 1)
+            progress(f"held out {held}: mean abs error {mean:.1f} % over {len(errs)} figures "
+                     f"(fitted on {len(models) - 1} other models)")
+    return out
+
+
+def parse_model_for(items: Sequence[str]) -> dict[str, str]:
+    """`--model-for RESULT=MODEL` values as {result file name: model}."""
+    out: dict[str, str] = {}
+    for item in items:
+        name, sep, model = item.partition("=")
+        if not sep or not name or not model:
+            raise ServelabError(f"--model-for {item!r}: give RESULT=MODEL")
+        out[Path(name).name] = model
+    return out
+
+
+def with_models(targets: list[Target], opts: SimOptions, models: dict[str, str]) -> list[Target]:
+    """`targets` whose result file `models` names, simulated on that model (else `opts`')."""
+    unknown = set(models) - {t.name for t in targets}
+    if unknown:
+        raise ServelabError(f"--model-for names no given result file: {', '.join(sorted(unknown))}")
+    return [replace(t, options=replace(opts, model=models[t.name])) if t.name in models else t
+            for t in targets]

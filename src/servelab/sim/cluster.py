@@ -25,8 +25,8 @@ class NetworkCosts:
     `router_hop_ms`: the extra proxy hop when there is more than one replica.
     `frontend_us_per_prompt_token`: the replica's API server's own time per prompt token
     (tokenising it), spent one request at a time, so concurrent arrivals queue for it;
-    `frontend_us_per_output_token`: its time per streamed token (detokenise, SSE), which new
-    requests queue behind.
+    `frontend_us_per_output_token`: its time per streamed token (detokenise, SSE), in the
+    same queue: a token reaches the client once streamed.
     """
 
     request_overhead_ms: float = 3.0

@@ -17,7 +17,8 @@ step = PP x (GPU time of one stage x `gpu_time_scale`) + (PP - 1) activation hop
   prefill tokens; `request_overhead_ms` once per request before the engine sees it, and
   `frontend_us_per_prompt_token` x prompt tokens in the replica's API server, which takes
   requests one at a time (a burst of long prompts queues there before the engine) and
-  spends `frontend_us_per_output_token` on every token it streams.
+  spends `frontend_us_per_output_token` on every token it streams (tokens reach the client
+  when it has streamed them, in turn with intake).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from servelab.errors import ServelabError
 from servelab.hardware.catalog import GPUSpec
 from servelab.models.geometry import ModelGeometry
 from servelab.plan.args import EngineArgs
-from servelab.storage import write_atomic
+from servelab.storage import read_json, write_atomic
 from servelab.sim.kernel_profile import KernelProfile
 from servelab.sim.kernels import DatasheetKernels, KernelTimes, ProfiledKernels
 from servelab.sim.operators import OperatorModel, StepParts
@@ -85,19 +86,14 @@ class Calibration(BaseModel):
     frontend_us_per_prompt_token: float = Field(0.0, ge=0, description=(
         "API-server time per prompt token (tokenising), one request at a time per replica"))
     frontend_us_per_output_token: float = Field(0.0, ge=0, description=(
-        "API-server time per streamed token (detokenise, SSE), which new requests queue behind"))
+        "API-server time per streamed token (detokenise, SSE), in the same queue as intake"))
     fitted_on: tuple[str, ...] = ()
     fit_error_pct: dict[str, float] = Field(default_factory=dict)
     held_out_error_pct: dict[str, float] = Field(default_factory=dict)
 
     @classmethod
     def load(cls, path: Path) -> Calibration:
-        try:
-            data = json.loads(path.read_text())
-        except FileNotFoundError as exc:
-            raise ServelabError(f"--calibration: {path} does not exist") from exc
-        except json.JSONDecodeError as exc:
-            raise ServelabError(f"--calibration: {path} line {exc.lineno}: not JSON ({exc.msg})") from exc
+        data = read_json(path, "--calibration")
         if isinstance(data, dict) and "bandwidth_frac" in data:
             raise ServelabError(f"--calibration: {path} is a roofline calibration (bandwidth_frac, "
                                 "compute_frac) from before the operator cost model: fit it again "
@@ -120,12 +116,13 @@ class Calibration(BaseModel):
 # (docs/simulator.md, "Validation") with the H200 host's launch and frontend costs.
 DEFAULT_CALIBRATIONS: dict[str, Calibration] = {
     "L40S": Calibration(gpu_class="L40S", step_overhead_ms=2.44, per_seq_us=20.0,
-                        request_overhead_ms=3.16, launch_us=97.4,
-                        frontend_us_per_prompt_token=4.11, frontend_us_per_output_token=27.5,
+                        request_overhead_ms=3.16, launch_us=96.9,
+                        frontend_us_per_prompt_token=3.70, frontend_us_per_output_token=108.2,
                         fitted_on=("seeds: L40S ShareGPT 2000 prompts, rate 10, c10",)),
-    "H200": Calibration(gpu_class="H200", gpu_time_scale=0.963, step_overhead_ms=0.267,
-                        per_seq_us=7.26, launch_us=97.4, request_overhead_ms=10.0,
-                        frontend_us_per_prompt_token=4.11, frontend_us_per_output_token=27.5,
+    "H200": Calibration(gpu_class="H200", gpu_time_scale=0.966, step_overhead_ms=0.227,
+                        per_seq_us=7.34, launch_us=96.9, request_overhead_ms=7.39,
+                        frontend_us_per_prompt_token=3.70,
+                        frontend_us_per_output_token=108.2,
                         fitted_on=("H200 vLLM 0.25.1: Qwen3-4B, Llama-3.1-8B (10 cells)",)),
 }
 _CLASS_FALLBACK = "H200"

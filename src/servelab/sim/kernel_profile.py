@@ -22,6 +22,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from servelab.errors import ServelabError
+from servelab.storage import read_json
 
 SCHEMA = "servelab.kernel-profile/1"
 
@@ -132,14 +133,7 @@ class KernelProfile(_Record):
     @classmethod
     def load(cls, path: Path, flag: str = "--profile") -> KernelProfile:
         """Read and check a profile file; errors name the flag and the file."""
-        try:
-            data = json.loads(path.read_text())
-        except FileNotFoundError as exc:
-            raise ServelabError(f"{flag}: {path} does not exist") from exc
-        except json.JSONDecodeError as exc:
-            raise ServelabError(f"{flag}: {path} line {exc.lineno}: not JSON ({exc.msg})") from exc
-        except OSError as exc:
-            raise ServelabError(f"{flag}: {path}: {exc.strerror}") from exc
+        data = read_json(path, flag)
         if isinstance(data, dict) and data.get("schema") != SCHEMA:
             raise ServelabError(f"{flag}: {path} is not a servelab kernel profile "
                                 f"(schema {data.get('schema')!r}, expected {SCHEMA!r})")

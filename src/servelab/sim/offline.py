@@ -5,13 +5,15 @@ Client semantics are the bench client's (`servelab.client.sender`): request i is
 `slot_wait_ms`; it reaches its replica `Cluster.ingress_s` after it is sent, then waits its
 turn in the replica's API-server frontend, which takes requests one at a time
 (`Cluster.frontend_s`: tokenising the prompt; a burst of long prompts queues there, as in
-vLLM's single-process API server, which also streams every output token and takes new
-requests between); a token reaches the client when its step ends. Warm-ups (copies of the first requests) run first, capped
+vLLM's single-process API server); a token reaches the client when its step ends and the
+same frontend has streamed it (`Cluster.frontend_output_s` per token, in its turn behind
+earlier intake and output: under load the API server, not the GPU, can delay first tokens). Warm-ups (copies of the first requests) run first, capped
 alike, and their records carry negative times as the client's do.
 
 The discrete-event core is `_run`: a heap of (time, seq, kind, arg) with four kinds:
 a request falls due, a request reaches a replica, a replica's step ends, an idle replica is
-kicked, and (with a frontend cost) a request leaves the frontend for the engine. A replica starts a step when its previous step ends and it has work, or, when a
+kicked, and (with frontend costs) a request leaves the frontend for the engine, a step's
+tokens leave the frontend for the client. A replica starts a step when its previous step ends and it has work, or, when a
 request reaches it idle, after all other events of that instant (so requests arriving
 together share the first step, as they do when the online server's loop wakes).
 """
@@ -29,7 +31,7 @@ from servelab.sim.cluster import Cluster
 from servelab.sim.engine import RequestRejected, SimEngine
 from servelab.sim.scheduler import ScheduledStep
 
-_STEP_DONE, _REACH, _DUE, _KICK, _ADMIT = 0, 1, 2, 3, 4
+_STEP_DONE, _REACH, _DUE, _KICK, _ADMIT, _DELIVER = 0, 1, 2, 3, 4, 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +111,7 @@ def _run(cluster: Cluster, requests: Sequence[OfflineRequest], intended_s: Seque
     ingress = cluster.ingress_s
     frontend_free = [t0] * len(engines)  # when each replica's frontend is next free
     out_cost = cluster.frontend_output_s
+    outbox: dict[int, tuple[list, list]] = {}  # a step's tokens waiting for the frontend
     t_last = t0
     steps = 0
 
@@ -161,18 +164,30 @@ def _run(cluster: Cluster, requests: Sequence[OfflineRequest], intended_s: Seque
         now, _s, kind, arg = heapq.heappop(heap)
         if kind == _STEP_DONE:
             emitted, done = pending[arg]
-            for r in emitted:
-                flights[r.tag].times.append(now)  # type: ignore[union-attr, index]
             if emitted and out_cost:
-                # the frontend streams these tokens (detokenise, SSE) before the next intake
+                # The frontend streams the step's tokens (detokenise, SSE) in its turn, after
+                # what it already had to do; the engine steps on meanwhile.
                 frontend_free[arg] = max(now, frontend_free[arg]) + out_cost * len(emitted)
-            for r in done:
-                complete(r.tag, now)  # type: ignore[arg-type]
-            t_last = now
+                outbox[seq] = (emitted, done)
+                heapq.heappush(heap, (frontend_free[arg], seq, _DELIVER, seq))
+                seq += 1
+            else:
+                for r in emitted:
+                    flights[r.tag].times.append(now)  # type: ignore[union-attr, index]
+                for r in done:
+                    complete(r.tag, now)  # type: ignore[arg-type]
+                t_last = now
             if engines[arg].has_work():
                 start_step(arg, now)
             else:
                 busy[arg] = False
+        elif kind == _DELIVER:
+            emitted, done = outbox.pop(arg)
+            for r in emitted:
+                flights[r.tag].times.append(now)  # type: ignore[union-attr, index]
+            for r in done:
+                complete(r.tag, now)  # type: ignore[arg-type]
+            t_last = max(t_last, now)
         elif kind in (_REACH, _ADMIT):
             fl = flights[arg]
             assert fl is not None

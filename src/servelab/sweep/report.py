@@ -2,30 +2,11 @@
 
 from __future__ import annotations
 
-import json
-import os
-import tempfile
-from pathlib import Path
 from typing import Any
 
 from rich.table import Table
 
 from servelab.sweep.runner import SweepOutcome
-
-
-def write_json_atomic(path: Path, data: Any) -> None:
-    """Write JSON to `path` through a temporary file and `os.replace` (never half-written)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(data, fh, indent=1)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def sweep_table(o: SweepOutcome) -> Table:

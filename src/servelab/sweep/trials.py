@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from servelab.errors import ServelabError
-from servelab.sweep.report import write_json_atomic
+from servelab.storage import write_json_atomic
 from servelab.sweep.space import Value
 
 

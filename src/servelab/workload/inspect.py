@@ -6,15 +6,15 @@ deviation (ddof=0) and linearly interpolated percentiles.
 
 from __future__ import annotations
 
+import io
 import json
-import os
-import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 
 from servelab.errors import ServelabError
+from servelab.storage import write_atomic
 from servelab.workload.datasets import Workload
 from servelab.workload.tokenizer import TokenizerInfo
 
@@ -92,40 +92,23 @@ def histogram(values: list[int], bins: int) -> list[HistogramBin]:
     return [HistogramBin(float(edges[i]), float(edges[i + 1]), int(c)) for i, c in enumerate(counts)]
 
 
-def _atomic_write(path: Path, write) -> None:
-    """Write through a temporary file in the same directory, then rename over `path`."""
-    path = path.expanduser()
-    if not path.parent.is_dir():
-        raise ServelabError(f"{path}: the directory {path.parent} does not exist")
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        write(Path(tmp))
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def save_samples(workload: Workload, path: Path) -> None:
     """Write the requests as JSON Lines (loadable again with --dataset-name jsonl, and by
     `vllm bench serve --dataset-name custom`, which reads `prompt` and `output_tokens`)."""
 
-    def write(tmp: Path) -> None:
-        with tmp.open("w", encoding="utf-8") as fh:
-            for r in workload.requests:
-                row: dict[str, object] = {"index": r.index}
-                if r.prompt is not None:
-                    row["prompt"] = r.prompt
-                else:
-                    assert r.messages is not None
-                    row["messages"] = [{"role": m.role, "content": m.content} for m in r.messages]
-                row["prompt_len"] = r.prompt_len
-                row["output_len"] = r.output_len
-                row["output_tokens"] = r.output_len  # vLLM's custom dataset's name for it
-                fh.write(json.dumps(row, ensure_ascii=False) + "\n")
-
-    _atomic_write(path, write)
+    lines = []
+    for r in workload.requests:
+        row: dict[str, object] = {"index": r.index}
+        if r.prompt is not None:
+            row["prompt"] = r.prompt
+        else:
+            assert r.messages is not None
+            row["messages"] = [{"role": m.role, "content": m.content} for m in r.messages]
+        row["prompt_len"] = r.prompt_len
+        row["output_len"] = r.output_len
+        row["output_tokens"] = r.output_len  # vLLM's custom dataset's name for it
+        lines.append(json.dumps(row, ensure_ascii=False) + "\n")
+    write_atomic(path.expanduser(), "".join(lines).encode("utf-8"))
 
 
 def plot_lengths(workload: Workload, path: Path, bins: int = 40) -> None:
@@ -153,9 +136,11 @@ def plot_lengths(workload: Workload, path: Path, bins: int = 40) -> None:
     )
     fig.tight_layout()
     fmt = path.suffix.lstrip(".").lower() or "png"
+    buf = io.BytesIO()
     try:
-        _atomic_write(path, lambda tmp: fig.savefig(tmp, format=fmt, dpi=100))
+        fig.savefig(buf, format=fmt, dpi=100)
     except ValueError as exc:  # matplotlib: unsupported format
         raise ServelabError(f"--plot {path}: {exc}") from None
     finally:
         plt.close(fig)
+    write_atomic(path.expanduser(), buf.getvalue())
