@@ -242,3 +242,13 @@ def test_a_quantized_arm_is_explained_by_the_ceiling_that_moved(tmp_path: Path) 
     awq, bf16 = data.cell("awq", "rnd", "c4"), data.cell("bf16", "rnd", "c4")
     assert f"output tok/s {awq.output_tok_s / bf16.output_tok_s:.2f}x" in line
     assert not any(x.startswith("vs bf16:") for x in by_arm["bf16"])
+
+
+def test_a_share_above_the_roofline_says_the_figures_are_inconsistent() -> None:
+    fast = DiagnosisInput(max_num_seqs=256, concurrency=32, server=ServerFigures(
+        max_waiting=0.0, mean_waiting=0.0, max_running=32.0, mean_running=18.0, peak_kv_usage=0.21,
+        preemptions=0.0), mean_itl_ms=2.0, mean_ttft_ms=40.0, roofline=ROOF)
+    d = diagnose(fast)
+    assert "1500 % of the bandwidth roofline" in d.lines[1]
+    assert d.lines[2].startswith("above 100 % the figures are inconsistent")
+    assert not any("inconsistent" in x for x in diagnose(_input()).lines)  # 50 %: no note

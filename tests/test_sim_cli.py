@@ -62,7 +62,7 @@ def test_run_saves_the_result_file(tmp_path: Path) -> None:
     (["--replicas", "0"], "--replicas"),
     (["--router-policy", "nope"], "nope"),
     (["--calibration", "/nonexistent/cal.json"], "/nonexistent/cal.json"),
-    (["--max-model-len", "0"], "max_model_len"),
+    (["--max-model-len", "0"], "--max-model-len 0: input should be >= 1"),
 ])
 def test_bad_input_exits_2_with_a_message_and_no_traceback(flags: list[str], needle: str) -> None:
     args = list(_BASE)

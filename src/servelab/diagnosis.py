@@ -191,6 +191,12 @@ def diagnose(d: DiagnosisInput) -> Diagnosis:
                      f"at batch {roof.batch} x {roof.context_tokens} tokens of context ({bound}-bound "
                      f"step): the engine runs at {100 * roof.step_ms / d.mean_itl_ms:.0f} % of the "
                      f"{bound} roofline")
+        if roof.step_ms > d.mean_itl_ms:
+            # Faster than the datasheet's roofline: the target is not what the planner priced.
+            lines.append(f"above 100 % the figures are inconsistent: tokens came faster than "
+                         f"the {bound} roofline allows for this model on this GPU (another GPU, "
+                         f"model or weight format than planned, or a simulator faster than the "
+                         f"hardware); the roofline comparison does not hold")
         if kind is Ceiling.DECODE:
             kind = bound
     if d.failed:

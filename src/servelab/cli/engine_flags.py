@@ -84,7 +84,13 @@ def engine_options(*, model: str, gpu: str, quantization: str | None, max_num_se
     kwargs = {k: v for k, v in given.items() if v is not None and k in fields}
     try:
         args = EngineArgs(**kwargs)
-    except (ValidationError, ValueError, TypeError) as exc:
+    except ValidationError as exc:
+        # One line naming the flag, not pydantic's dump ("--max-num-seqs 0: input should be >= 1").
+        err = exc.errors()[0]
+        flag = "--" + str(err["loc"][0]).replace("_", "-") if err["loc"] else "engine flags"
+        msg = err["msg"].replace("greater than or equal to", ">=").replace("less than or equal to", "<=")
+        raise ServelabError(f"{flag} {err.get('input')}: {msg[0].lower() + msg[1:]}") from None
+    except (ValueError, TypeError) as exc:
         raise ServelabError(f"engine flags: {exc}") from None
     from servelab.router.policies import POLICY_NAMES
 

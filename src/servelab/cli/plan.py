@@ -111,6 +111,8 @@ def _render(out: dict[str, Any], console: Console) -> None:
     for row in rows:
         table.add_row(*row)
     console.print(table)
+    if out.get("mbu_note"):
+        console.print(f"[red]{out['mbu_note']}[/]", highlight=False)
     colour = "green" if p["fits"] else "red"
     console.print(f"[{colour}]{p['reason']}[/]", highlight=False)
     if out.get("what_if"):
@@ -180,6 +182,13 @@ def plan_command(
         if tpot_ms <= 0:
             raise ServelabError(f"--tpot-ms must be positive, got {tpot_ms}")
         out["mbu"] = mbu(arm.model, arm.gpu, arm.args, tpot_ms, batch, context)
+        if out["mbu"] > 1.0:
+            # A step cannot read its bytes faster than the memory's peak: the inputs disagree.
+            out["mbu_note"] = (f"MBU above 100 % means the figures are inconsistent: reading this "
+                               f"step's bytes at the {arm.gpu.name}'s peak takes "
+                               f"{tpot_ms * out['mbu']:.2f} ms, longer than the {tpot_ms:g} ms "
+                               "TPOT given; check --tpot-ms, --batch, --context, TP/PP, the "
+                               "quantization and the GPU")
     if what_if:
         readings = [read_arm(a, target_concurrency, context)
                     for a in [arm, *(_arm(spec, base) for spec in what_if)]]

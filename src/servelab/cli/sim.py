@@ -172,8 +172,11 @@ def calibrate_cmd(
         if engine.model is None or engine.gpu is None:
             raise ServelabError("--model and --gpu are required without --experiment")
         opts = engine.options()
+        rebuilt: list[str] = []
         targets = with_models(load_targets(results, dataset, seed, arrivals, max_concurrency,
-                                           num_warmups), opts, parse_model_for(list(model_for or [])))
+                                           num_warmups, rebuilt), opts, parse_model_for(list(model_for or [])))
+        for note in rebuilt:
+            console.print(f"warning: {note}", highlight=False)
     fit = calibrate(opts, targets, max_evals=max_evals,
                     progress=lambda msg: console.print(msg, highlight=False))
     if leave_one_model_out:

@@ -148,6 +148,11 @@ def with_quantization(model: ModelGeometry, quantization: str | None) -> ModelGe
     if model.weight_format not in ("bf16", "fp16"):
         raise ServelabError(
             f"{model.name} is stored as {model.weight_format}; cannot plan it as {fmt}")
+    if fmt == "mxfp4" and not model.is_moe:
+        # MXFP4 in vLLM quantizes routed experts only (gpt-oss): a dense model would be
+        # labelled mxfp4 and still read every weight in 16 bit.
+        raise ServelabError(f"--quantization mxfp4 applies to routed experts (MoE models such as "
+                            f"gpt-oss); {model.name} is dense")
     changes: dict[str, Any] = {"weight_format": fmt}
     if fmt == "awq":
         changes.update(quant_zero_point=True, quant_group_size=128)

@@ -152,7 +152,9 @@ def plan_memory(model: ModelGeometry, gpu: GPUSpec, args: EngineArgs) -> MemoryP
         concurrency = tokens * per_token_gpu / per_request_gpu
     else:
         concurrency = tokens / limits.max_model_len
-    fits, reason = _verdict(model, limits.max_model_len, budget, weights, available, concurrency)
+    refused = parallelism_error(model, tp, pp)
+    fits, reason = ((False, refused) if refused is not None else
+                    _verdict(model, limits.max_model_len, budget, weights, available, concurrency))
     return MemoryPlan(
         model=model.name, gpu=gpu.name, weight_format=model.weight_format,
         tensor_parallel_size=tp, pipeline_parallel_size=pp,
@@ -167,6 +169,25 @@ def plan_memory(model: ModelGeometry, gpu: GPUSpec, args: EngineArgs) -> MemoryP
         num_gpu_blocks=blocks, kv_cache_tokens=tokens, max_model_len=limits.max_model_len,
         max_num_seqs=limits.max_num_seqs, max_num_batched_tokens=limits.max_num_batched_tokens,
         max_concurrency=concurrency, fits=fits, reason=reason)
+
+
+def parallelism_error(model: ModelGeometry, tp: int, pp: int) -> str | None:
+    """vLLM's refusal of a TP/PP layout for `model`, in its words, or None when it starts.
+
+    vLLM 0.25 checks that the attention heads divide by TP ("Total number of attention
+    heads (40) must be divisible by tensor parallel size (3)"); KV heads must divide by TP
+    or TP by them (fewer KV heads than ranks are replicated); PP splits the layers, at
+    least one per stage."""
+    if model.heads % tp:
+        return (f"vLLM refuses: total number of attention heads ({model.heads}) must be "
+                f"divisible by tensor parallel size ({tp})")
+    kv = model.kv_heads
+    if not model.is_mla and (kv % tp if kv >= tp else tp % kv):
+        return (f"vLLM refuses: {kv} KV heads cannot be split over tensor parallel size {tp} "
+                "(one must divide the other)")
+    if pp > model.layers:
+        return f"vLLM refuses: pipeline parallel size {pp} exceeds the model's {model.layers} layers"
+    return None
 
 
 def _verdict(model: ModelGeometry, max_model_len: int, budget: float, weights: float,

@@ -87,10 +87,33 @@ def _number(data: dict, key: str, path: Path) -> float | None:
     return float(value)
 
 
+# Relative difference of the rebuilt workload's token totals from the recorded ones above
+# which calibrate says the result was measured on other traffic than it simulates.
+TOKEN_TOTALS_TOLERANCE = 0.01
+
+
+def token_totals_note(name: str, data: dict, wl: PreparedWorkload) -> str | None:
+    """A warning when `wl`'s prompt or output token totals differ from the result's
+    `total_input_tokens` / `total_output_tokens` by more than 1 % (other dataset, seed,
+    tokenizer or lengths than measured: the fit would explain the wrong traffic)."""
+    rebuilt = {"total_input_tokens": sum(len(r.prompt_token_ids) for r in wl.requests),
+               "total_output_tokens": sum(r.output_len for r in wl.requests)}
+    off = []
+    for key, got in rebuilt.items():
+        want = data.get(key)
+        if isinstance(want, (int, float)) and want > 0 and abs(got - want) > TOKEN_TOTALS_TOLERANCE * want:
+            off.append(f"{key} {got:,} rebuilt vs {int(want):,} measured ({100 * (got - want) / want:+.1f} %)")
+    if not off:
+        return None
+    return (f"{name}: the rebuilt workload is not the measured one: {'; '.join(off)}; check "
+            "--dataset-name/--dataset-path, the lengths, --seed and --tokenizer")
+
+
 def load_targets(paths: Sequence[Path], dataset: DatasetOptions, seed: int,
                  arrivals: ArrivalOptions, max_concurrency: int | None,
-                 num_warmups: int) -> list[Target]:
-    """Read result files and rebuild each one's workload (flags fill what a file lacks)."""
+                 num_warmups: int, notes: list[str] | None = None) -> list[Target]:
+    """Read result files and rebuild each one's workload (flags fill what a file lacks);
+    `notes` gets a warning per result whose rebuilt token totals are off (`token_totals_note`)."""
     targets = []
     for path in paths:
         data = load_result(path)
@@ -113,6 +136,9 @@ def load_targets(paths: Sequence[Path], dataset: DatasetOptions, seed: int,
         arr = arrivals.model_copy(update=arr_update)
         conc = _number(data, "max_concurrency", path)
         wl = prepare_workload(ds, run_seed, arr)
+        note = token_totals_note(path.name, data, wl)
+        if note is not None and notes is not None:
+            notes.append(note)
         targets.append(Target(path.name, measured, wl, run_seed,
                               int(conc) if conc is not None else max_concurrency, num_warmups))
     return targets
