@@ -252,3 +252,21 @@ def test_a_share_above_the_roofline_says_the_figures_are_inconsistent() -> None:
     assert "1500 % of the bandwidth roofline" in d.lines[1]
     assert d.lines[2].startswith("above 100 % the figures are inconsistent")
     assert not any("inconsistent" in x for x in diagnose(_input()).lines)  # 50 %: no note
+
+
+def test_scrapes_that_never_caught_the_engine_busy_give_no_figures() -> None:
+    from servelab.metrics.scrape import ServerSeries, ServerSnapshot, TimedSnapshot
+
+    idle = tuple(TimedSnapshot(t, ServerSnapshot(num_requests_running=0.0, num_requests_waiting=0.0,
+                                                 kv_cache_usage_perc=0.0)) for t in (0.0, 1.0))
+    series = ServerSeries(url="u", available=True, reason=None, failed_scrapes=0, samples=idle)
+    assert series.max_num_requests_running is None and series.max_num_requests_waiting is None
+    assert series.peak_kv_cache_usage_perc is None
+    busy = idle + (TimedSnapshot(2.0, ServerSnapshot(num_requests_running=3.0, num_requests_waiting=0.0,
+                                                     kv_cache_usage_perc=0.1)),)
+    got = ServerSeries(url="u", available=True, reason=None, failed_scrapes=0, samples=busy)
+    assert got.max_num_requests_running == 3.0 and got.peak_kv_cache_usage_perc == 0.1
+    d = diagnose(DiagnosisInput(max_num_seqs=256, concurrency=8, server=ServerFigures.of_series(series),
+                                mean_itl_ms=10.0, mean_ttft_ms=20.0))
+    assert d.kind is Ceiling.UNKNOWN and "no queue figures" in d.lines[0]
+    assert "0 running" not in " ".join(d.lines)

@@ -158,8 +158,9 @@ def _rule(d: DiagnosisInput) -> tuple[Ceiling, list[str]]:
                                   "the per-step token budget (max_num_batched_tokens) or a prefill "
                                   "backlog holds them"]
     if queue is None:
-        return Ceiling.UNKNOWN, ["the target exposes no queue metrics (/metrics): queueing "
-                                 "cannot be judged"]
+        return Ceiling.UNKNOWN, ["no queue figures (the target exposes no /metrics, or no "
+                                 "sample caught it busy: a run shorter than the scrape "
+                                 "interval): queueing cannot be judged"]
     return Ceiling.DECODE, [f"no lasting queue ({_queue(s)}, {_n(s.max_running)} running at most, "
                             f"{kv}): capacity does not bind; the step itself slows as the batch grows"]
 

@@ -126,20 +126,26 @@ class ServerSeries:
     failed_scrapes: int
     samples: tuple[TimedSnapshot, ...]
 
+    def _busy_peak(self, name: str) -> float | None:
+        """Peak of a gauge, None unless some sample caught the engine with work: a run
+        shorter than the scrape interval leaves only idle readings, and "0 running at
+        most" would then be a figure about the scrapes, not the engine."""
+        busy = any((s.snapshot.num_requests_running or 0) > 0 or (s.snapshot.num_requests_waiting or 0) > 0
+                   for s in self.samples)
+        vals = _values(self.samples, name)
+        return max(vals) if vals and busy else None
+
     @property
     def peak_kv_cache_usage_perc(self) -> float | None:
-        vals = _values(self.samples, "kv_cache_usage_perc")
-        return max(vals) if vals else None
+        return self._busy_peak("kv_cache_usage_perc")
 
     @property
     def max_num_requests_waiting(self) -> float | None:
-        vals = _values(self.samples, "num_requests_waiting")
-        return max(vals) if vals else None
+        return self._busy_peak("num_requests_waiting")
 
     @property
     def max_num_requests_running(self) -> float | None:
-        vals = _values(self.samples, "num_requests_running")
-        return max(vals) if vals else None
+        return self._busy_peak("num_requests_running")
 
     @property
     def mean_num_requests_waiting(self) -> float | None:
