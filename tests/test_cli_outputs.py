@@ -60,7 +60,8 @@ def test_a_bad_output_path_is_refused_before_any_work(tmp_path: Path, name: str)
     err = " ".join(proc.stderr.split())  # the console wraps long lines
     assert err.startswith(f"error: {flag}") and "blocker is a file, not a folder" in err, err
     assert "Traceback" not in proc.stderr
-    assert not (tmp_path / "runs").exists()  # `run` made nothing elsewhere either
+    # nothing was written anywhere else either (no default folder, no partial file)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["blocker", "spec.yaml"]
 
 
 @pytest.mark.parametrize(("umask", "mode"), [(0o022, 0o644), (0o077, 0o600), (0o002, 0o664)])

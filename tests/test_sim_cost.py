@@ -162,14 +162,18 @@ def test_pipeline_runs_one_request_through_every_stage_and_splits_a_batch() -> N
     # One sequence: no second micro-batch, the two stages run one after the other.
     shape = _step(d=1, dc=500)
     stage = two.parts(shape).total_s
+    ends = two.ops.ends_s(1, 1)  # embedding and final norm, LM head and sampler: once
     hop = link.allreduce_latency_us * 1e-6 + model.hidden * 2 / (link.unidirectional_gbs * 1e9)
-    assert two.step_duration_s(shape) == pytest.approx(2 * stage * 1.1 + hop + 2e-3 + 10e-6)
+    assert two.step_duration_s(shape) == pytest.approx((2 * stage + ends) * 1.1 + hop + 2e-3 + 10e-6)
     assert stage < one.parts(shape).total_s  # half the layers per stage
+    # one GPU's step is both stages' layers plus those ends, within the padding of 1 token
+    assert 2 * stage + ends == pytest.approx(one.parts(shape).total_s, rel=0.02)
     # Two prefill chunks of 4,096: two micro-batches of one chunk each in flight.
     big = _step(p=8192, pc=2 * 4096 * 4097 // 2, ps=2)
     micro = two.parts(_step(p=4096, pc=4096 * 4097 // 2, ps=1)).total_s
+    ends = two.ops.ends_s(4096, 1)
     hop = link.allreduce_latency_us * 1e-6 + 4096 * model.hidden * 2 / (link.unidirectional_gbs * 1e9)
-    assert two.step_duration_s(big) == pytest.approx(2 * micro * 1.1 + hop + 2e-3 + 2 * 10e-6 + 8192e-6)
+    assert two.step_duration_s(big) == pytest.approx((2 * micro + ends) * 1.1 + hop + 2e-3 + 2 * 10e-6 + 8192e-6)
     # compute-bound: the pipelined step is close to half of one GPU's
     assert two.step_duration_s(big) < 0.6 * one.step_duration_s(big)
 

@@ -7,7 +7,8 @@ step = PP x (GPU time of one stage x `gpu_time_scale`) + (PP - 1) activation hop
   (`servelab.sim.kernels`). Every prediction names which (`OperatorCostModel.source`);
 - PP = n: as vLLM V1, up to n micro-batches are in flight: the step's sequences split into
   k = min(n, sequences) micro-batches, each crosses the n stages in turn, so a sequence
-  advances one token per n x (stage time of 1/k of the step) + hops. At concurrency 1 that
+  advances one token per n x (stage time of 1/k of the step) + hops + the first and last
+  stages' own work (embedding, final norm, LM head, sampler) once. At concurrency 1 that
   is n full stages (all bubbles); at high load each stage runs a k-th of the batch, which
   pays where the step is compute-bound (prefill) and not where weight reads dominate;
 - CPU and graph residual (`Calibration`, one set per GPU class, the same for every model):
@@ -143,9 +144,7 @@ def default_calibration(gpu_name: str) -> Calibration:
 def shipped_profile(gpu: GPUSpec) -> KernelProfile | None:
     """The kernel profile servelab ships for this catalog GPU, if any."""
     name = SHIPPED_PROFILES.get(gpu.name)
-    if name is None:
-        return None
-    return KernelProfile.load(PROFILE_DIR / name, flag="shipped profile")
+    return None if name is None else KernelProfile.load(PROFILE_DIR / name, flag="shipped profile")
 
 
 def kernel_times(gpu: GPUSpec, profile: KernelProfile | None) -> KernelTimes:
@@ -200,7 +199,8 @@ class OperatorCostModel:
                                    -(-shape.prefill_tokens // k), shape.prefill_context_tokens // k,
                                    -(-shape.prefill_seqs // k))
             hop = self._hop_latency_s + tokens / k * self._hop_s_per_token
-            gpu = self.pp * self._stage_s(micro) + (self.pp - 1) * hop
+            ends = self.ops.ends_s(-(-tokens // k), -(-seqs // k)) * self._scale
+            gpu = self.pp * self._stage_s(micro) + ends + (self.pp - 1) * hop
         return gpu + self._step_s + self._seq_s * seqs + self._ptok_s * shape.prefill_tokens
 
 

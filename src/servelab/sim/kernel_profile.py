@@ -63,28 +63,28 @@ class ElementwisePoint(_Record):
     time_us: float = Field(gt=0)
 
 
-class AttentionDecodePoint(_Record):
+class _AttentionPoint(_Record):
+    """The kernel that ran, the head layout and the time, common to both attention kinds."""
+
+    backend: str
+    q_heads: int = Field(ge=1)
+    kv_heads: int = Field(ge=1)
+    head_dim: int = Field(ge=1)
+    time_us: float = Field(gt=0)
+
+
+class AttentionDecodePoint(_AttentionPoint):
     """Paged decode attention: `batch` sequences of `context` tokens each, one query token."""
 
-    backend: str
     batch: int = Field(ge=1)
     context: int = Field(ge=1)
-    q_heads: int = Field(ge=1)
-    kv_heads: int = Field(ge=1)
-    head_dim: int = Field(ge=1)
-    time_us: float = Field(gt=0)
 
 
-class AttentionPrefillPoint(_Record):
+class AttentionPrefillPoint(_AttentionPoint):
     """Causal prefill of one chunk of `tokens` queries after `cached` tokens of context."""
 
-    backend: str
     tokens: int = Field(ge=1)
     cached: int = Field(ge=0)
-    q_heads: int = Field(ge=1)
-    kv_heads: int = Field(ge=1)
-    head_dim: int = Field(ge=1)
-    time_us: float = Field(gt=0)
 
 
 class MoePoint(_Record):

@@ -67,11 +67,21 @@ class KernelTimes(Protocol):
     def moe_s(self, tokens: int, experts: int, topk: int, hidden: int, inter: int) -> float: ...
 
 
+def gemm_bytes(family: str, m: int, n: int, k: int) -> float:
+    """Bytes one GEMM moves: its weights in the family's format, 16-bit activations in and out."""
+    return n * k * WEIGHT_BYTES.get(family, 2.0) + 2.0 * m * (n + k)
+
+
+def tensor_peak_flops(gpu: GPUSpec, family: str) -> float:
+    """FLOP/s of the tensor cores the family computes on (fp8 W8A8: fp8; the rest: 16-bit)."""
+    peak = (gpu.dense_fp8_tflops or gpu.dense_bf16_tflops) if family == "fp8" else gpu.dense_bf16_tflops
+    return peak * 1e12
+
+
 def gemm_ideal_s(gpu: GPUSpec, family: str, m: int, n: int, k: int) -> float:
     """Datasheet roofline of one GEMM: max(bytes / bandwidth, FLOPs / tensor peak)."""
-    wbytes = n * k * WEIGHT_BYTES[family] + 2.0 * m * (n + k)
-    peak = (gpu.dense_fp8_tflops or gpu.dense_bf16_tflops) if family == "fp8" else gpu.dense_bf16_tflops
-    return max(wbytes / (gpu.memory_bandwidth_gbs * 1e9), 2.0 * m * n * k / (peak * 1e12))
+    return max(gemm_bytes(family, m, n, k) / (gpu.memory_bandwidth_gbs * 1e9),
+               2.0 * m * n * k / tensor_peak_flops(gpu, family))
 
 
 def prefill_flops(tokens: int, cached: float, q_heads: int, head_dim: int) -> float:
@@ -336,12 +346,8 @@ class DatasheetKernels:
 
     def gemm_s(self, family: str, m: int, n: int, k: int) -> float:
         eff = self.efficiency(family)
-        gpu = self.gpu
-        wbytes = n * k * WEIGHT_BYTES.get(family, 2.0) + 2.0 * m * (n + k)
-        peak = ((gpu.dense_fp8_tflops or gpu.dense_bf16_tflops) if family == "fp8"
-                else gpu.dense_bf16_tflops)
-        return max(wbytes / (gpu.memory_bandwidth_gbs * 1e9 * eff.bandwidth),
-                   2.0 * m * n * k / (peak * 1e12 * eff.compute), KERNEL_FLOOR_S)
+        return max(gemm_bytes(family, m, n, k) / (self.gpu.memory_bandwidth_gbs * 1e9 * eff.bandwidth),
+                   2.0 * m * n * k / (tensor_peak_flops(self.gpu, family) * eff.compute), KERNEL_FLOOR_S)
 
     def elementwise_s(self, nbytes: float) -> float:
         return KERNEL_FLOOR_S + nbytes / (self.gpu.memory_bandwidth_gbs * 1e9 * 0.85)

@@ -67,9 +67,10 @@ class StepParts:
 
 @dataclass(frozen=True, slots=True)
 class _Gemm:
+    """One GEMM of a layer on one TP shard: output N, inner K."""
+
     n: int
     k: int
-    count: float  # per layer
 
 
 class OperatorModel:
@@ -77,7 +78,7 @@ class OperatorModel:
 
     def __init__(self, model: ModelGeometry, gpu: GPUSpec, args: EngineArgs,
                  kernels: KernelTimes) -> None:
-        self.model, self.gpu, self.args, self.kernels = model, gpu, args, kernels
+        self.model, self.gpu, self.kernels = model, gpu, kernels
         tp, pp = args.tensor_parallel_size, args.pipeline_parallel_size
         self.tp, self.pp = tp, pp
         self.family = kernel_family(model.weight_format, gpu.compute_capability)
@@ -92,7 +93,7 @@ class OperatorModel:
         self.window = model.sliding_window or 0
         limits = resolve_limits(model, gpu, args)
         self.capture = () if args.enforce_eager else cudagraph_capture_sizes(limits.max_num_seqs)
-        self.dense_gemms, self.moe_gemms = self._layer_gemms()
+        self.attn_gemms, self.dense_gemms, self.moe_gemms = self._layer_gemms()
         self.dense_layers = (model.dense_layers if model.is_moe else model.layers) * self.stage_frac
         self.moe_layers = model.moe_layers * self.stage_frac
         self._per_tokens: dict[int, float] = {}
@@ -108,8 +109,9 @@ class OperatorModel:
         return f"{FAMILY_NAMES.get(self.family, self.family)} GEMMs; {self.kernels.source}"
 
     # -- shapes ------------------------------------------------------------------------
-    def _layer_gemms(self) -> tuple[list[_Gemm], list[_Gemm]]:
-        """(GEMMs of every layer: attention + dense MLP shapes, GEMMs of shared experts)."""
+    def _layer_gemms(self) -> tuple[list[_Gemm], list[_Gemm], list[_Gemm]]:
+        """(attention GEMMs, dense-MLP GEMMs, shared-expert GEMMs) of one layer, with vLLM's
+        fusions: q/k/v into one QKV GEMM, gate and up into one."""
         m, tp = self.model, self.tp
         fused: dict[str, list] = {"qkv": [], "gate_up": [], "shared_gate_up": []}
         attn: list[_Gemm] = []
@@ -120,7 +122,6 @@ class OperatorModel:
             inner = s.in_features
             if s.tp_split and s.name.endswith(("o_proj", "down_proj")):
                 out, inner = s.out_features, s.in_features // tp  # row-parallel: K is split
-            per_layer = 1.0  # every non-expert shape appears once in each layer that has it
             if s.role == "expert":
                 continue  # priced by the fused MoE kernel
             short = s.name.rsplit(".", 1)[-1]
@@ -131,16 +132,11 @@ class OperatorModel:
                 fused[key].append((out, inner))
             else:
                 target = attn if s.role == "attention" else (shared if s.role == "shared_expert" else mlp)
-                target.append(_Gemm(out, inner, per_layer))
-        if fused["qkv"]:
-            attn.append(_Gemm(sum(o for o, _ in fused["qkv"]), fused["qkv"][0][1], 1.0))
-        if fused["gate_up"]:
-            mlp.append(_Gemm(sum(o for o, _ in fused["gate_up"]), fused["gate_up"][0][1], 1.0))
-        if fused["shared_gate_up"]:
-            shared.append(_Gemm(sum(o for o, _ in fused["shared_gate_up"]),
-                                fused["shared_gate_up"][0][1], 1.0))
-        self._attn_gemms = attn
-        return mlp, shared
+                target.append(_Gemm(out, inner))
+        for key, target in (("qkv", attn), ("gate_up", mlp), ("shared_gate_up", shared)):
+            if fused[key]:
+                target.append(_Gemm(sum(o for o, _ in fused[key]), fused[key][0][1]))
+        return attn, mlp, shared
 
     def padded(self, tokens: int) -> int:
         """Tokens the kernels run: the smallest captured CUDA-graph size >= tokens (vLLM pads
@@ -156,7 +152,7 @@ class OperatorModel:
         t = self.kernels.gemm_s(fam, m, g.n, g.k)
         if fam == "fp8":  # dynamic per-tensor activation quantization before each W8A8 GEMM
             t += self.kernels.elementwise_s(3.0 * m * g.k)
-        return t * g.count
+        return t
 
     def tokens_s(self, tokens: int) -> float:
         """Seconds of every kernel whose work depends only on the step's (padded) tokens."""
@@ -166,7 +162,7 @@ class OperatorModel:
         m, k, M = self.model, self.kernels, tokens
         h = m.hidden
         act = 2.0  # bf16 activations
-        layer = sum(self._gemm(M, g) for g in self._attn_gemms)
+        layer = sum(self._gemm(M, g) for g in self.attn_gemms)
         qk = (self.q_heads + self.kv_heads) * m.head_dim
         layer += 2 * k.elementwise_s(4 * act * M * h)                     # fused add + RMSNorm
         layer += k.elementwise_s(2 * act * M * qk) * (2 if m.qk_norm else 1)  # q/k norm, rotary
@@ -188,10 +184,15 @@ class OperatorModel:
                 width = (m.shared_expert_intermediate or m.moe_intermediate) * m.shared_experts // self.tp
                 moe += sum(self._gemm(M, g) for g in self.moe_gemms) + k.elementwise_s(3 * act * M * width)
             total += moe * self.moe_layers
-        if self.pp == 1 or self.stage_frac == 1.0:
-            total += k.elementwise_s(act * M * h * 2) + k.elementwise_s(4 * act * M * h)  # embed, norm
+        if self.pp == 1:
+            total += self.ends_tokens_s(tokens)
         self._per_tokens[tokens] = total
         return total
+
+    def ends_tokens_s(self, tokens: int) -> float:
+        """The embedding gather (first stage) and the final norm (last stage)."""
+        act, h = 2.0, self.model.hidden
+        return self.kernels.elementwise_s(act * tokens * h * 2) + self.kernels.elementwise_s(4 * act * tokens * h)
 
     def seqs_s(self, seqs: int) -> float:
         """LM head over `seqs` rows and the sampler over their logits (last stage)."""
@@ -230,6 +231,11 @@ class OperatorModel:
                 t += self.sliding_layers * chunks * k.attn_prefill_s(q, win, qh, kvh, self.model.head_dim)
         return t
 
+    def ends_s(self, tokens: int, seqs: int) -> float:
+        """What only the first and last PP stages run, once per micro-batch: embedding, final
+        norm, LM head and sampler (in `parts` already when there is one stage)."""
+        return self.ends_tokens_s(self.padded(tokens)) + self.seqs_s(seqs)
+
     def kernels_per_step(self) -> int:
         """Kernels one step launches when nothing is captured (eager, torch.compile'd)."""
         m = self.model
@@ -256,7 +262,7 @@ class OperatorModel:
         if tokens == 0:
             return StepParts(0.0, 0.0, 0)
         linear = self.tokens_s(self.padded(tokens))
-        if self.stage_frac == 1.0 or self.pp == 1:
+        if self.pp == 1:  # with PP the first and last stages' own work is `ends_s`
             linear += self.seqs_s(decode_seqs + prefill_seqs)
         attn = self.attention_s(decode_seqs, decode_ctx, prefill_tokens, prefill_ctx, prefill_seqs)
         return StepParts(linear, attn, self.launches(tokens, prefill_tokens))
