@@ -104,12 +104,13 @@ def token_server() -> Iterator[Callable[..., TokenServerHandle]]:
         stop_process(handle.proc)
 
 
-def run_servelab(*args: str, env: dict[str, str] | None = None, timeout: float = 120
-                 ) -> subprocess.CompletedProcess[str]:
-    """Run the `servelab` command line in a subprocess; return its exit code and output."""
+def run_servelab(*args: str, env: dict[str, str] | None = None, timeout: float = 120,
+                 cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """Run the `servelab` command line in a subprocess (in `cwd`); return its exit code
+    and output."""
     full_env = {**os.environ, **(env or {})}
     return subprocess.run([sys.executable, "-m", "servelab", *args], capture_output=True,
-                          text=True, timeout=timeout, env=full_env)
+                          text=True, timeout=timeout, env=full_env, cwd=cwd)
 
 
 @pytest.fixture(scope="session")

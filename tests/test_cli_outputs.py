@@ -74,3 +74,19 @@ def test_written_files_follow_the_umask(tmp_path: Path, umask: int, mode: int) -
     assert (tmp_path / "f.json").stat().st_mode & 0o777 == mode
     assert (tmp_path / "f.json").read_bytes() == b"{}"
     assert [p.name for p in tmp_path.iterdir()] == ["f.json"]  # no temporary file left
+
+
+def test_run_refuses_a_missing_dataset_file_before_any_arm(servelab_cli, tmp_path: Path) -> None:
+    spec = tmp_path / "s.yaml"
+    spec.write_text(
+        "name: t\nengine: sim\nhardware: {gpu: L40S}\nmodel: Qwen/Qwen3-14B\n"
+        "arms: [{name: a, baseline: true}]\n"
+        "workloads:\n  - {name: ok, dataset_name: random, random_input_len: 8, random_output_len: 4}\n"
+        f"  - {{name: chats, dataset_name: sharegpt, dataset_path: {tmp_path / 'gone.json'}}}\n"
+        "loads: {concurrency: [1], num_prompts: 4}\n")
+    out = tmp_path / "out"
+    proc = servelab_cli("run", str(spec), "--out", str(out))
+    assert proc.returncode == 2, proc.stderr
+    assert f"workload chats: dataset_path {tmp_path / 'gone.json'}: no such file" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not list(out.glob("cells/*/*/*.json"))  # the good workload's cell did not run either

@@ -25,9 +25,9 @@ def logging_backend(events: list[tuple[str, int]]) -> Backend:
         __slots__ = ()
 
         def body(self, spec: RequestSpec, model: str, ignore_eos: bool,
-                 sampling: SamplingParams | None = None) -> bytes:
+                 sampling: SamplingParams | None = None, **extras: object) -> bytes:
             events.append(("body", spec.index))
-            return super().body(spec, model, ignore_eos, sampling)
+            return super().body(spec, model, ignore_eos, sampling, **extras)  # type: ignore[arg-type]
 
     return Logged(base.name, base.default_endpoint, base.chat, base.engine_extras)
 

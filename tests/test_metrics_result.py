@@ -30,8 +30,11 @@ VLLM_CORE_KEYS = [
     "request_goodput",
     "output_throughput",
     "total_token_throughput",
+    "latencies",
+    "queue_times",
     "max_output_tokens_per_s",
     "max_concurrent_requests",
+    "rtfx",
 ]
 VLLM_RUN_KEYS = [
     "date",
@@ -45,7 +48,8 @@ VLLM_RUN_KEYS = [
     "burstiness",
     "max_concurrency",
 ]
-VLLM_DETAIL_KEYS = ["input_lens", "output_lens", "ttfts", "itls", "errors"]
+VLLM_DETAIL_KEYS = ["input_lens", "output_lens", "ttfts", "itls", "start_times",
+                    "generated_texts", "errors"]
 
 
 def stat_keys(metrics, percentiles):

@@ -28,6 +28,8 @@ def test_parse_vllm_cpu_fixture():
         prompt_tokens_total=6443.0,
         generation_tokens_total=1620.0,
         prefix_cache_hit_rate=None,
+        ttft_seconds_sum=3.4426636695861816,
+        ttft_seconds_count=53.0,
     )
 
 

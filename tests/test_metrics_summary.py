@@ -290,3 +290,36 @@ def test_summary_options_forbid_unknown_fields():
         SummaryOptions(percentiles=(99,))  # type: ignore[call-arg]
     with pytest.raises(ValueError):
         SummaryOptions(percentile_metrics=("latency",))  # type: ignore[arg-type]
+
+
+def test_trap_counts_and_notes_with_known_answers() -> None:
+    from servelab.metrics.records import RequestRecord
+    from servelab.metrics.summary import SummaryOptions, summarize
+    from servelab.metrics.traps import trap_notes
+
+    # 10 long answers (9 gaps of 10 ms) and 10 two-token ones whose one gap is 300 ms.
+    recs = [RequestRecord(index=i, prompt_len=4, intended_send_s=0.0, send_s=0.0,
+                          expected_output_len=10, output_len=10, chunks=10, ttft_ms=50.0,
+                          itl_ms=[10.0] * 9, e2el_ms=140.0) for i in range(10)]
+    recs += [RequestRecord(index=10 + i, prompt_len=4, intended_send_s=0.0, send_s=0.0,
+                           expected_output_len=10, output_len=2, chunks=1, ttft_ms=50.0,
+                           itl_ms=[300.0], e2el_ms=350.0) for i in range(10)]
+    r = summarize(recs, 1.0, SummaryOptions())
+    t = r.traps
+    assert t.short_outputs == 10 and t.short_tpot_requests == 10
+    # TPOT: 10 ms x 10 and 300 ms x 10 -> the short ones hold 3000 / 3100 of the sum.
+    assert t.short_tpot_share == pytest.approx(3000 / 3100)
+    assert t.tokens_sharing_a_chunk == 10  # 2 tokens in one chunk, ten times
+    # First gaps: 10 ms x 10 and 300 ms x 10 -> 155 ms; later gaps are all 10 ms.
+    assert (t.mean_first_itl_ms, t.mean_later_itl_ms) == (pytest.approx(155.0), pytest.approx(10.0))
+    notes = trap_notes(r)
+    assert any(n.startswith("the first inter-token gap averages 155.00 ms vs 10.00 ms") for n in notes)
+    assert any(n.startswith("10 of 20 requests stopped before") for n in notes)
+    # mean TPOT 155 ms vs median (10 + 300) / 2 = 155: no skew note at a median this high
+    assert not any(n.startswith("mean TPOT") for n in notes)
+    skewed = summarize(recs + recs[:10] + [RequestRecord(
+        index=30 + i, prompt_len=4, intended_send_s=0.0, send_s=0.0, expected_output_len=10,
+        output_len=10, chunks=10, ttft_ms=50.0, itl_ms=[10.0] * 9, e2el_ms=140.0)
+        for i in range(20)], 1.0, SummaryOptions())
+    assert any(n.startswith("mean TPOT") and "lead with the median, 10.0 ms" in n
+               for n in trap_notes(skewed))

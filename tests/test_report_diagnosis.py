@@ -270,3 +270,18 @@ def test_scrapes_that_never_caught_the_engine_busy_give_no_figures() -> None:
                                 mean_itl_ms=10.0, mean_ttft_ms=20.0))
     assert d.kind is Ceiling.UNKNOWN and "no queue figures" in d.lines[0]
     assert "0 running" not in " ".join(d.lines)
+
+
+def test_the_report_names_a_cells_measurement_traps(tmp_path: Path) -> None:
+    manifest = {"baseline": "base", "planner": {},
+                "spec": {"arms": [{"name": "base", "args": {"max_num_seqs": 256}}],
+                         "workloads": [{"name": "chat"}]}}
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    cell = _stored_cell([0.0] * 4, [32.0] * 4)
+    note = "mean TPOT 83.5 ms is pulled up by 40 requests with 2-3 output tokens"
+    cell["result"]["servelab"] = {"trap_notes": [note]}
+    path = tmp_path / "cells" / "base" / "chat" / "c32.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(cell))
+    (arm,) = diagnose_arms(load_experiment(tmp_path))
+    assert arm.lines[-1] == f"measurement: {note}"

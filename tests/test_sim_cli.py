@@ -28,7 +28,7 @@ def _bench_keys() -> set[str]:
     rec = RequestRecord(index=0, prompt_len=4, intended_send_s=0.0, send_s=0.0, output_len=2,
                         ttft_ms=1.0, itl_ms=[1.0], e2el_ms=2.0)
     run = RunInfo(date="d", backend="vllm", model_id="m", tokenizer_id="t", num_prompts=1,
-                  request_rate=1.0, max_concurrency=4, seed=1)
+                  request_rate=float("inf"), max_concurrency=4, seed=1)  # as _BASE
     return set(summarize([rec], 1.0, SummaryOptions()).with_run(run).to_json_dict())
 
 

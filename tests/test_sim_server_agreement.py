@@ -20,7 +20,6 @@ import random
 
 from collections.abc import Callable
 
-import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 

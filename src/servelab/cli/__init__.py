@@ -10,17 +10,26 @@ from __future__ import annotations
 import sys
 
 import typer
-from rich.console import Console
 
 from servelab import __version__
+from servelab.cli.flags import expand_nargs
+from servelab.cli.output import PIPE_WIDTH, WholeHelpGroup, make_console, print_error
 from servelab.errors import ServelabError
 
+# Help is click's plain formatter (rich_markup_mode=None), not typer's rich panels: the
+# panels lay options out as a table that, at 80 columns, cuts long flag names
+# (`--prefix-repetition-pr…`), and no typer setting widens that table short of a wider
+# console. Click puts a long flag on a line of its own and wraps the help under it, at the
+# terminal's width or `COLUMNS`, at most `max_content_width` (the tables' piped width).
 app = typer.Typer(
     name="servelab",
     help="Find the best way to serve an LLM by measurement: bench, plan, simulate, compare.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
+    rich_markup_mode=None,
+    context_settings={"max_content_width": PIPE_WIDTH},
+    cls=WholeHelpGroup,
 )
 
 
@@ -59,20 +68,26 @@ def _register_all() -> None:
 
     for name in _COMMAND_MODULES:
         importlib.import_module(name).register(app)
+    # Sub-apps (`sim`, `data`) list their commands as the root does: set here, once, rather
+    # than in each module's add_typer call.
+    groups = list(app.registered_groups)
+    while groups:
+        info = groups.pop()
+        info.cls = WholeHelpGroup
+        groups += info.typer_instance.registered_groups if info.typer_instance else []
 
 
 def main() -> None:
     """Console-script entry point."""
     _register_all()
-    err = Console(stderr=True)
+    err = make_console(stderr=True)
     try:
         # Non-standalone click returns (not raises) the code of a command's typer.Exit.
-        rc = app(standalone_mode=False)
+        rc = app(args=expand_nargs(sys.argv[1:]), standalone_mode=False)
         if isinstance(rc, int) and rc != 0:
             sys.exit(rc)
     except ServelabError as exc:
-        # markup=False: messages quote things like `servelab[sharegpt]` verbatim.
-        err.print(f"error: {exc}", markup=False, highlight=False)
+        print_error(err, str(exc))
         sys.exit(2)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
@@ -88,7 +103,7 @@ def main() -> None:
         from pydantic import ValidationError
 
         if isinstance(exc, ValidationError):
-            err.print(f"error: {_validation_message(exc)}", markup=False, highlight=False)
+            print_error(err, _validation_message(exc))
             sys.exit(2)
         raise
 

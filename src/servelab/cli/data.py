@@ -57,6 +57,12 @@ def _render(console: Console, summary: WorkloadSummary, workload, bins: int) -> 
     console.print(f"[bold]dataset[/] {summary.dataset}   [bold]requests[/] {summary.requests:,}   "
                   f"[bold]seed[/] {summary.seed}")
     console.print(f"[bold]tokenizer[/] {tok.name} ({tok.source}, vocab {tok.vocab_size:,})")
+    if summary.sessions is not None:
+        console.print(f"[bold]sessions[/] {summary.sessions:,} (multi-turn: lengths are per turn)")
+    if summary.images:
+        console.print(f"[bold]images[/] {summary.images:,}")
+    if summary.own_schedule_s is not None:
+        console.print(f"[bold]send times[/] the trace's own, last at {summary.own_schedule_s:,.3f} s")
     for note in summary.notes:
         console.print(f"[yellow]note:[/] {note}")
     console.print(_stats_table(summary))

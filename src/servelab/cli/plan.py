@@ -13,14 +13,13 @@ from pydantic import ValidationError
 from rich.console import Console
 
 from servelab.cli.output import make_console
-from rich.table import Table
-
 from servelab.errors import ServelabError
 from servelab.hardware.catalog import get_gpu
 from servelab.models import load_model
 from servelab.plan import EngineArgs, plan_memory
 from servelab.plan.compare import Arm, ArmReading, read_arm, verdict
 from servelab.plan.roofline import decode_ceiling_tok_s, decode_step, mbu, prefill_time_s
+from servelab.textgrid import FitTable
 
 _ARG_FLAGS = {  # flag -> (EngineArgs field, type)
     "--tensor-parallel-size": ("tensor_parallel_size", int),
@@ -85,10 +84,6 @@ def _reading_row(r: ArmReading) -> dict[str, Any]:
 
 def _render(out: dict[str, Any], console: Console) -> None:
     p = out["plan"]
-    table = Table(title=f"{p['model']} ({p['weight_format']}) on {p['gpu']}: per GPU, "
-                        f"TP {p['tensor_parallel_size']} PP {p['pipeline_parallel_size']}")
-    table.add_column("figure")
-    table.add_column("value", justify="right")
     rows = [("budget GiB (CUDA total x util)", f"{p['budget_gib']:.2f}"),
             ("weights GiB", f"{p['weights_gib']:.2f}"),
             ("activation peak GiB (est.)", f"{p['activation_gib']:.2f}"),
@@ -108,26 +103,26 @@ def _render(out: dict[str, Any], console: Console) -> None:
                      f"{s['total_s'] * 1e3:.2f} ms ({s['bound']}-bound)"))
     if "mbu" in out:
         rows.append(("MBU", f"{out['mbu']:.1%}"))
-    for row in rows:
-        table.add_row(*row)
-    console.print(table)
+    # FitTable: at any width every figure stays whole (a grid, or stacked rows when narrow).
+    console.print(FitTable(f"{p['model']} ({p['weight_format']}) on {p['gpu']}: per GPU, "
+                           f"TP {p['tensor_parallel_size']} PP {p['pipeline_parallel_size']}",
+                           ("figure", "value"), tuple(rows)))
     if out.get("mbu_note"):
         console.print(f"[red]{out['mbu_note']}[/]", highlight=False)
     colour = "green" if p["fits"] else "red"
     console.print(f"[{colour}]{p['reason']}[/]", highlight=False)
     if out.get("what_if"):
-        arms = Table(title=f"what-if at {out['target_concurrency']} requests of "
-                           f"{out['context']:,} tokens")
-        for col in ("arm", "GPUs", "KV tokens/replica", "requests/replica", "batch/replica",
-                    "step ms", "tok/s", "tok/GPU-s", "1-req tok/s", "binds"):
-            arms.add_column(col)
-        for r in out["what_if"]:
-            arms.add_row(r["arm"], str(r["gpus"]), f"{r['kv_cache_tokens']:,}",
-                         str(r["requests_per_replica"]), str(r["batch_per_replica"]),
-                         f"{r['step_ms']:.2f}", f"{r['decode_tok_s']:.0f}",
-                         f"{r['tok_per_gpu_s']:.0f}", f"{r['decode_ceiling_tok_s']:.1f}",
-                         r["binding"])
-        console.print(arms)
+        # Short headers that wrap at their spaces ("KV tokens per replica") keep the grid
+        # within 80 columns for the common arms; throughputs are decode tok/s.
+        headers = ("arm", "GPUs", "KV tokens per replica", "requests per replica",
+                   "batch per replica", "step ms", "tok/s", "tok/s per GPU", "1-req tok/s", "binds")
+        rows = tuple((r["arm"], str(r["gpus"]), f"{r['kv_cache_tokens']:,}",
+                      str(r["requests_per_replica"]), str(r["batch_per_replica"]),
+                      f"{r['step_ms']:.2f}", f"{r['decode_tok_s']:,.0f}", f"{r['tok_per_gpu_s']:,.0f}",
+                      f"{r['decode_ceiling_tok_s']:.1f}", r["binding"]) for r in out["what_if"])
+        console.print()
+        console.print(FitTable(f"what-if at {out['target_concurrency']} requests of "
+                               f"{out['context']:,} tokens (decode, roofline)", headers, rows))
         for line in out["verdict"]:
             console.print(line, highlight=False)
 

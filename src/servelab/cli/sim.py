@@ -56,8 +56,9 @@ def run_cmd(
     trace: Optional[Path] = typer.Option(None, "--trace", help="Write one JSON line per engine step to this file."),
 ) -> None:
     """Simulate a bench run offline on a virtual clock: same flags and result JSON as `servelab bench`."""
-    from servelab.client.console import summary_table
+    from servelab.client.console import summary_lines
     from servelab.metrics.result import parse_metadata, write_result
+    from servelab.metrics.traps import result_json
     from servelab.metrics.summary import (
         SummaryOptions,
         parse_goodput,
@@ -81,7 +82,7 @@ def run_cmd(
     date = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     out = run_offline(engine, dataset, seed, arrivals, max_concurrency, num_warmups,
                       summary_opts, trace_path=trace, date=date, label=label, metadata=meta)
-    data = out.result.to_json_dict(detailed=save_detailed)
+    data = result_json(out.result, detailed=save_detailed)
     err = make_console(stderr=True)
     for note in out.notes:
         err.print(f"[yellow]note:[/] {note}", highlight=False)
@@ -94,7 +95,8 @@ def run_cmd(
     console = make_console(stderr=as_json)
     for line in memory_lines(out.memory, out.max_model_len, engine.replicas):
         console.print(line, highlight=False)
-    console.print(summary_table(out.result, "servelab sim run (simulated)"))
+    for line in summary_lines(out.result, " Serving Benchmark Result (simulated) "):
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
     for line in sim_lines(out.num_steps, out.preemptions, out.run.duration_s, out.cost_source):
         console.print(line, highlight=False)
     if as_json:

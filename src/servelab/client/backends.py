@@ -19,12 +19,14 @@ chunk, so the client knows how many tokens each chunk carried (see `tally.py`); 
 OpenAI servers reject unknown fields, so `openai`/`openai-chat` only ask for the final
 usage and send `ignore_eos` only when `--ignore-eos` is given. Chat requests sent to a
 completions backend are flattened (turns joined by newlines), and completions prompts sent
-to a chat backend become one user turn.
+to a chat backend become one user turn. A request's images (`random-mm`) become content
+parts of the last user turn; a completions backend refuses them (ServelabError).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -64,16 +66,40 @@ class Backend:
     chat: bool
     engine_extras: bool
 
+    def check_sendable(self, specs: Sequence[RequestSpec]) -> None:
+        """Refuse (ServelabError) requests this backend cannot carry: images need chat."""
+        if not self.chat:
+            with_images = next((s for s in specs if s.images), None)
+            if with_images is not None:
+                raise ServelabError(
+                    f"--backend {self.name}: request {with_images.index} carries images, which "
+                    "only a chat backend can send (use --backend openai-chat)")
+
     def body(self, spec: RequestSpec, model: str, ignore_eos: bool,
-             sampling: SamplingParams | None = None) -> bytes:
-        """The JSON body (bytes) for one streaming request; built before the run starts."""
+             sampling: SamplingParams | None = None, *, logprobs: int | None = None,
+             extra_body: Mapping[str, object] | None = None) -> bytes:
+        """The JSON body (bytes) for one streaming request; built before the run starts.
+
+        `logprobs` asks for that many log-probabilities per token (`--logprobs`);
+        `extra_body` (`--extra-body`) is merged last, so it overrides any field, as
+        vLLM's does.
+        """
         payload: dict[str, object] = {"model": model, "stream": True}
         if self.chat:
             if spec.messages is not None:
-                payload["messages"] = [{"role": m.role, "content": m.content} for m in spec.messages]
+                messages: list[dict[str, object]] = [
+                    {"role": m.role, "content": m.content} for m in spec.messages]
             else:
-                payload["messages"] = [{"role": "user", "content": spec.prompt}]
+                messages = [{"role": "user", "content": spec.prompt}]
+            if spec.images:
+                # OpenAI's content parts, text first then the images, as vllm bench serve sends them.
+                last = messages[-1]
+                last["content"] = [{"type": "text", "text": last["content"]}] + [
+                    {"type": "image_url", "image_url": {"url": url}} for url in spec.images]
+            payload["messages"] = messages
             payload["max_completion_tokens"] = spec.output_len
+        elif spec.images:
+            self.check_sendable((spec,))
         else:
             payload["prompt"] = spec.text
             payload["max_tokens"] = spec.output_len
@@ -86,6 +112,14 @@ class Backend:
             if ignore_eos:
                 payload["ignore_eos"] = True
             payload["stream_options"] = {"include_usage": True}
+        if logprobs is not None:
+            if self.chat:  # the chat API takes a flag and a count
+                payload["logprobs"] = True
+                payload["top_logprobs"] = logprobs
+            else:
+                payload["logprobs"] = logprobs
+        if extra_body:
+            payload.update(extra_body)
         return json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode()
 
 

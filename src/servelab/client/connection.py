@@ -218,16 +218,26 @@ class HttpConnection(asyncio.Protocol):
             self.transport.abort()
 
 
+def _tls_context(verify: bool) -> ssl_module.SSLContext:
+    """The default TLS context, or one that accepts any certificate (`--insecure`, for
+    servers with self-signed certificates)."""
+    ctx = ssl_module.create_default_context()
+    if not verify:
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl_module.CERT_NONE
+    return ctx
+
+
 class ConnectionPool:
     """Keep-alive connections to one `base_url`; idle ones are reused last-in first-out."""
 
-    def __init__(self, base_url: str, clock: Callable[[], float]) -> None:
+    def __init__(self, base_url: str, clock: Callable[[], float], verify_tls: bool = True) -> None:
         parts = urlsplit(base_url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ServelabError(f"--base-url {base_url!r} must look like http://HOST:PORT")
         self.host = parts.hostname
         self.port = parts.port or (443 if parts.scheme == "https" else 80)
-        self.ssl = ssl_module.create_default_context() if parts.scheme == "https" else None
+        self.ssl = _tls_context(verify_tls) if parts.scheme == "https" else None
         self.netloc = parts.netloc
         self.clock = clock
         self._idle: list[HttpConnection] = []

@@ -1,4 +1,8 @@
-"""What `servelab bench` shows: a live progress bar on stderr and the final summary table.
+"""What `servelab bench` shows: a live progress bar on stderr and the final summary.
+
+The summary is `vllm bench serve`'s, line for line (its labels, its `{:<40} {:<10.2f}`
+columns, its section rules), so a script that parses vLLM's console output parses
+servelab's; servelab's own figures follow in a section of their own.
 
 The bar shows requests done of total, requests in flight, failures and the output token
 rate so far; it redraws at most every `REDRAW_S` so a fast run does not spend its CPU on
@@ -7,15 +11,16 @@ the terminal.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from servelab.client.sender import SendStatus
-from servelab.metrics.result import BenchResult
+from servelab.metrics.result import METRIC_NAMES, BenchResult, LatencyStats
+from servelab.metrics.traps import trap_notes
 
 REDRAW_S = 0.1
 
@@ -67,51 +72,97 @@ class LiveProgress:
         )
 
 
-def summary_table(result: BenchResult, title: str) -> Table:
-    """The final table: counts, throughputs and the latency statistics asked for."""
-    table = Table(title=title, show_header=False, title_justify="left")
-    table.add_column("metric")
-    table.add_column("value", justify="right")
-    table.add_row("Successful requests", str(result.completed))
-    table.add_row("Failed requests", str(result.failed))
-    for reason, count in result.failed_by_reason.items():
-        table.add_row(f"  failed: {reason}", str(count))
-    table.add_row("Benchmark duration (s)", f"{result.duration_s:.2f}")
-    table.add_row("Total input tokens", str(result.total_input_tokens))
-    table.add_row("Total generated tokens", str(result.total_output_tokens))
-    table.add_row("Request throughput (req/s)", f"{result.request_throughput:.2f}")
+_WIDTH = 50
+_NAMES = {
+    "ttft": ("TTFT", "Time to First Token"),
+    "tpot": ("TPOT", "Time per Output Token (excl. 1st token)"),
+    "itl": ("ITL", "Inter-token Latency"),
+    "e2el": ("E2EL", "End-to-end Latency"),
+    "client_queue_time": ("Client Queue Time", "Client-side Queueing"),
+    "e2el_including_client_queue": ("E2EL incl. Client Queue", "Queue-inclusive End-to-end Latency"),
+}
+
+
+def _row(label: str, value: object) -> str:
+    # vLLM's "{:<40} {:<10}" / "{:<40} {:<10.2f}": scripts split on the label.
+    if isinstance(value, float):
+        return f"{label:<40} {value:<10.2f}"
+    return f"{label:<40} {value!s:<10}"
+
+
+def _header(title: str, fill: str) -> str:
+    return f"{title:{fill}^{_WIDTH}}"
+
+
+def _latency_block(lines: list[str], key: str, stats: LatencyStats) -> None:
+    short, header = _NAMES[key]
+    lines.append(_header(header, "-"))
+    lines.append(_row(f"Mean {short} (ms):", stats.mean_ms))
+    lines.append(_row(f"Median {short} (ms):", stats.median_ms))
+    for pv in stats.percentiles:
+        lines.append(_row(f"P{pv.key_word} {short} (ms):", pv.value_ms))
+
+
+def summary_lines(result: BenchResult, title: str = " Serving Benchmark Result ") -> list[str]:
+    """The summary in `vllm bench serve`'s layout and labels (so scripts that parse vLLM's
+    console output parse this), then servelab's own figures in a section below it."""
+    run = result.run
+    lines = [_header(title, "=")]
+    lines.append(_row("Successful requests:", result.completed))
+    lines.append(_row("Failed requests:", result.failed))
+    if run is not None and run.max_concurrency is not None:
+        lines.append(_row("Maximum request concurrency:", run.max_concurrency))
+    if run is not None and not math.isinf(run.request_rate):
+        lines.append(_row("Request rate configured (RPS):", float(run.request_rate)))
+    lines.append(_row("Benchmark duration (s):", result.duration_s))
+    lines.append(_row("Total input tokens:", result.total_input_tokens))
+    lines.append(_row("Total generated tokens:", result.total_output_tokens))
+    lines.append(_row("Request throughput (req/s):", result.request_throughput))
     if result.request_goodput is not None:
-        table.add_row("Request goodput (req/s)", f"{result.request_goodput:.2f}")
-    table.add_row("Output token throughput (tok/s)", f"{result.output_throughput:.2f}")
-    table.add_row("Total token throughput (tok/s)", f"{result.total_token_throughput:.2f}")
-    table.add_row("Peak output token throughput (tok/s)", f"{result.max_output_tokens_per_s:.2f}")
-    # vLLM's figure counts requests active in the same 1-s bucket, so it can exceed the
-    # concurrency cap; the true instantaneous peak is shown beside it.
-    table.add_row("Peak requests in flight", str(result.peak_in_flight_requests))
-    table.add_row("Peak concurrent requests (vLLM, 1-s buckets)", str(result.max_concurrent_requests))
-    names = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL", "e2el": "E2E latency"}
-    for metric in result.percentile_metrics:
-        stats = result.latency(metric)
-        table.add_row(f"Mean {names[metric]} (ms)", f"{stats.mean_ms:.2f}")
-        table.add_row(f"Median {names[metric]} (ms)", f"{stats.median_ms:.2f}")
-        for pv in stats.percentiles:
-            table.add_row(f"P{pv.key_word} {names[metric]} (ms)", f"{pv.value_ms:.2f}")
+        lines.append(_row("Request goodput (req/s):", result.request_goodput))
+    lines.append(_row("Output token throughput (tok/s):", result.output_throughput))
+    lines.append(_row("Peak output token throughput (tok/s):", result.max_output_tokens_per_s))
+    lines.append(_row("Peak concurrent requests:", float(result.max_concurrent_requests)))
+    lines.append(_row("Total token throughput (tok/s):", result.total_token_throughput))
+    for metric in METRIC_NAMES:
+        if metric in result.percentile_metrics:
+            _latency_block(lines, metric, result.latency(metric))
+    for key, stats in result.queue_metrics():
+        _latency_block(lines, key, stats)
+    lines.append("=" * _WIDTH)
+    lines.extend(_servelab_lines(result))
+    return lines
+
+
+def _servelab_lines(result: BenchResult) -> list[str]:
+    lines = [_header(" servelab ", "-")]
+    for reason, count in result.failed_by_reason.items():
+        lines.append(_row(f"Failed: {reason}:", count))
+    # vLLM's peak counts requests active in the same 1-s bucket, so it can exceed the
+    # concurrency cap; the true instantaneous peak is this one.
+    lines.append(_row("Peak requests in flight:", result.peak_in_flight_requests))
     lag = result.client.sched_lag
-    table.add_row("Client scheduling lag p99 / max (ms)", f"{lag.p99_ms:.2f} / {lag.max_ms:.2f}")
-    table.add_row("Concurrency-slot wait mean (ms)", f"{result.client.slot_wait.mean_ms:.2f}")
-    return table
+    lines.append(_row("Client scheduling lag p99 (ms):", lag.p99_ms))
+    lines.append(_row("Client scheduling lag max (ms):", lag.max_ms))
+    lines.append(_row("Concurrency-slot wait mean (ms):", result.client.slot_wait.mean_ms))
+    server = result.server.mean_server_ttft_ms if result.server is not None else None
+    if server is not None:
+        lines.append(_row("Server-side mean TTFT (ms):", server))
+    t = result.traps
+    if t.mean_first_itl_ms is not None and t.mean_later_itl_ms is not None:
+        lines.append(_row("Mean first ITL (ms):", t.mean_first_itl_ms))
+        lines.append(_row("Mean ITL excl. first gaps (ms):", t.itl_excl_first.mean_ms))
+    if t.reasoning_tokens:
+        lines.append(_row("Reasoning tokens:", t.reasoning_tokens))
+        lines.append(_row("Answer tokens:", t.answer_tokens))
+    lines.append("=" * _WIDTH)
+    return lines
 
 
 def warnings_for(result: BenchResult) -> list[str]:
-    """Lines the reader must not miss under the table."""
-    out: list[str] = []
-    c = result.client
-    if c.client_fell_behind:
-        out.append(
-            f"the client fell behind its schedule (p99 scheduling lag {c.sched_lag.p99_ms:.1f} ms"
-            f" > {c.sched_lag_threshold_ms:.1f} ms): it, not the server, limited this run; try"
-            " --num-client-processes"
-        )
+    """Lines the reader must not miss under the summary: the run's measurement traps,
+    failures, and an interruption."""
+    out = trap_notes(result)
     if result.failed:
         reasons = ", ".join(f"{k}: {v}" for k, v in result.failed_by_reason.items())
         out.append(f"{result.failed} requests failed ({reasons}); they are in no latency figure")

@@ -25,10 +25,10 @@ class Exchange:
 
     __slots__ = ("future", "status", "tally", "parser", "error_body", "got_bytes")
 
-    def __init__(self, future: asyncio.Future[None]) -> None:
+    def __init__(self, future: asyncio.Future[None], keep_text: bool = False) -> None:
         self.future = future
         self.status = 0
-        self.tally = StreamTally()
+        self.tally = StreamTally(keep_text)
         self.parser = SSEParser()
         self.error_body = bytearray()
         self.got_bytes = False

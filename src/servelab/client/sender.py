@@ -72,7 +72,7 @@ class ScheduleSender:
         self._headers = target.headers()
 
     async def __aenter__(self) -> ScheduleSender:
-        self._pool = ConnectionPool(self.target.base_url, self.clock)
+        self._pool = ConnectionPool(self.target.base_url, self.clock, self.target.verify_tls)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -87,18 +87,31 @@ class ScheduleSender:
                 f"cannot reach {self.target.base_url}: {(exc.strerror or str(exc)).lower()}"
             ) from None
 
-    def encode(self, requests: Sequence[RequestSpec]) -> list[bytes]:
+    def encode(self, requests: Sequence[RequestSpec], tag: str = "") -> list[bytes]:
         """The requests' HTTP messages; call it before t0 (JSON for a few hundred long
-        prompts takes tens of milliseconds, which would delay the first wave)."""
+        prompts takes tens of milliseconds, which would delay the first wave). `tag` goes
+        into request ids between the prefix and the index."""
         t = self.target
         return [
-            self._pool.encode(t.endpoint, self._headers, t.backend.body(s, t.model, t.ignore_eos, t.sampling))
+            self._pool.encode(t.endpoint, t.request_headers(s.index, self._headers, tag), t.body(s))
             for s in requests
         ]
 
+    async def single(self, spec: RequestSpec, tag: str = "") -> RequestRecord:
+        """Send `spec` now and return its record (times relative to its own send)."""
+        body = self.encode([spec], tag)[0]
+        return await self._request(spec, body, 0.0, 0.0, self.clock())
+
+    async def send_now(self, spec: RequestSpec, intended_s: float, slot_wait_ms: float,
+                       t0: float) -> RequestRecord:
+        """Encode and send `spec` now; its record's times are relative to the run's `t0`
+        (`intended_s`, s, when it was due; `slot_wait_ms` spent waiting for a slot). For
+        requests built during the run, such as a session's next turn."""
+        return await self._request(spec, self.encode([spec])[0], intended_s, slot_wait_ms, t0)
+
     async def warmup(self, requests: Sequence[RequestSpec], t0: float) -> list[RequestRecord]:
         """Send `requests` (each awaited, capped like the run); records marked warmup."""
-        bodies = self.encode(requests)
+        bodies = self.encode(requests, tag="warmup-")
         sem = asyncio.Semaphore(self.max_concurrency or max(1, len(requests)))
 
         async def one(spec: RequestSpec, body: bytes) -> RequestRecord:
@@ -195,6 +208,7 @@ class ScheduleSender:
             intended_send_s=intended_s,
             send_s=send_t - t0,
             slot_wait_ms=slot_wait_ms,
+            expected_output_len=spec.output_len,
         )
         try:
             await self._exchange(body, send_t, rec)
@@ -224,7 +238,7 @@ class ScheduleSender:
             conn = pool.take_idle()
             if conn is None:
                 conn = await pool.open()
-            ex = Exchange(loop.create_future())
+            ex = Exchange(loop.create_future(), self.target.keep_text)
             remaining = timeout_s - (self.clock() - send_t)
             timer = loop.call_later(max(0.0, remaining), ex.fail, asyncio.TimeoutError())
             conn.start(request, ex)
@@ -252,6 +266,14 @@ class ScheduleSender:
             _fail(rec, "empty_stream", "the stream carried no tokens")
         else:
             rec.output_len, rec.ttft_ms, rec.itl_ms, rec.e2el_ms = tally.timeline(send_t)
+            rec.chunks = len(tally.times)
+            said = tally.text()
+            if said is not None:
+                rec.generated_text = said.text
+                rec.reasoning_text = said.reasoning or None
+                rec.reasoning_tokens = said.reasoning_tokens
+                if said.reasoning and said.first_answer_chunk is not None:
+                    rec.answer_ttft_ms = (tally.times[said.first_answer_chunk] - send_t) * 1000.0
 
 
 def _fail(rec: RequestRecord, kind: str, message: str) -> None:

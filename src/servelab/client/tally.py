@@ -20,12 +20,17 @@ and `sum(itl_ms) == e2el_ms - ttft_ms` always hold.
 Per chunk the work is a few substring searches on the payload bytes: JSON escapes quotes
 inside strings, so a key pattern like `"completion_tokens"` can only match a real key. The
 payload is parsed as JSON only for the rare chunks that need it (role deltas, errors).
+With `keep_text` the carrying payloads are also kept (a list append) and parsed once, after
+the answer ended (`text()`), for the generated text, the reasoning text and how many
+tokens were reasoning: off the per-token path, where parsing every chunk would cost the
+client its timing accuracy at high token rates.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 
 from servelab.client.sse import DONE
 
@@ -65,17 +70,45 @@ def _role_delta_has_tokens(data: bytes) -> bool:
     return False
 
 
+@dataclass(frozen=True, slots=True)
+class AnswerText:
+    """What an answer said: its answer text, its reasoning text (`reasoning_content` /
+    `reasoning` deltas), and how many of its tokens came in reasoning-only chunks."""
+
+    text: str
+    reasoning: str
+    reasoning_tokens: int
+    first_answer_chunk: int | None  # index among the carrying chunks; None: no answer text
+
+
+def _chunk_texts(data: bytes) -> tuple[str, str]:
+    """(answer text, reasoning text) of one carrying payload's first choice."""
+    try:
+        choices = json.loads(data).get("choices") or []
+    except (ValueError, AttributeError):
+        return "", ""
+    if not choices or not isinstance(choices[0], dict):
+        return "", ""
+    choice = choices[0]
+    delta = choice.get("delta")
+    if isinstance(delta, dict):  # chat API
+        reasoning = delta.get("reasoning_content") or delta.get("reasoning") or ""
+        return str(delta.get("content") or ""), str(reasoning)
+    return str(choice.get("text") or ""), ""
+
+
 class StreamTally:
     """Collects one response's carrying-chunk arrival times (seconds, the client's clock)."""
 
-    __slots__ = ("times", "cums", "usage_tokens", "done", "error")
+    __slots__ = ("times", "cums", "usage_tokens", "done", "error", "payloads")
 
-    def __init__(self) -> None:
+    def __init__(self, keep_text: bool = False) -> None:
         self.times: list[float] = []
         self.cums: list[int | None] = []
         self.usage_tokens: int | None = None
         self.done = False
         self.error: str | None = None
+        self.payloads: list[bytes] | None = [] if keep_text else None
 
     def add(self, data: bytes, t: float) -> None:
         """Account for one SSE payload that arrived at time `t` (s)."""
@@ -108,6 +141,8 @@ class StreamTally:
                 return
         self.times.append(t)
         self.cums.append(cum)
+        if self.payloads is not None:
+            self.payloads.append(data)
 
     def tokens_per_chunk(self) -> list[int]:
         """How many tokens each carrying chunk held (see the module docstring)."""
@@ -153,6 +188,24 @@ class StreamTally:
             prev_t = t
         assert first_t is not None, "timeline() needs at least one carrying chunk"
         return total, (first_t - send_t) * 1000.0, itl, (prev_t - send_t) * 1000.0
+
+    def text(self) -> AnswerText | None:
+        """The answer's texts (None unless made with `keep_text`); call after it ended."""
+        if self.payloads is None:
+            return None
+        answer: list[str] = []
+        thought: list[str] = []
+        reasoning_tokens = 0
+        first: int | None = None
+        for i, (data, k) in enumerate(zip(self.payloads, self.tokens_per_chunk())):
+            a, r = _chunk_texts(data)
+            answer.append(a)
+            thought.append(r)
+            if r and not a:
+                reasoning_tokens += k
+            elif first is None and a:
+                first = i
+        return AnswerText("".join(answer), "".join(thought), reasoning_tokens, first)
 
     @property
     def has_tokens(self) -> bool:

@@ -5,12 +5,14 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import aiohttp
 
 from servelab.client.backends import Backend, SamplingParams
 from servelab.errors import ServelabError
+from servelab.workload.request import RequestSpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -19,7 +21,16 @@ class TargetConfig:
 
     `base_url` is scheme://host:port (no trailing slash); `endpoint` the path requests are
     POSTed to. `api_key` becomes an `Authorization: Bearer` header and nothing else: it is
-    excluded from `repr`, and results record none of this object.
+    excluded from `repr`, and results record none of this object (nor `extra_headers`,
+    which may carry credentials too).
+
+    vLLM bench serve's request extras: `extra_headers` (`--header`, sent with every
+    request after the defaults, so they override them), `extra_body` (`--extra-body`,
+    merged into every body last), `logprobs` (`--logprobs`), `request_id_prefix`
+    (`--request-id-prefix`: request i carries `x-request-id: PREFIX<i>`), `lora_models`
+    (request i asks for model `lora_models[i % n]` instead of `model`; the caller
+    expands `--lora-assignment random` into a seeded sequence), `verify_tls` (off with
+    `--insecure`).
     """
 
     base_url: str
@@ -30,6 +41,13 @@ class TargetConfig:
     sampling: SamplingParams = SamplingParams()
     request_timeout_s: float = 600.0
     api_key: str | None = field(default=None, repr=False)
+    extra_headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+    extra_body: Mapping[str, object] = field(default_factory=dict)
+    logprobs: int | None = None
+    request_id_prefix: str = ""
+    lora_models: tuple[str, ...] = ()
+    verify_tls: bool = True
+    keep_text: bool = True
 
     @property
     def url(self) -> str:
@@ -40,7 +58,26 @@ class TargetConfig:
         headers = {"Content-Type": "application/json"}
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
+        headers.update(self.extra_headers)
         return headers
+
+    def request_headers(self, index: int, base: dict[str, str], tag: str = "") -> dict[str, str]:
+        """`base` (from `headers()`) plus request `index`'s own id when a prefix is set
+        (`tag` keeps warm-ups' ids apart from the requests they copy)."""
+        if not self.request_id_prefix:
+            return base
+        return {**base, "x-request-id": f"{self.request_id_prefix}{tag}{index}"}
+
+    def model_for(self, index: int) -> str:
+        """The model name request `index` asks for (a LoRA adapter's when given)."""
+        if self.lora_models:
+            return self.lora_models[index % len(self.lora_models)]
+        return self.model
+
+    def body(self, spec: RequestSpec) -> bytes:
+        """The JSON body of `spec`'s request as this target is spoken to."""
+        return self.backend.body(spec, self.model_for(spec.index), self.ignore_eos, self.sampling,
+                                 logprobs=self.logprobs, extra_body=self.extra_body)
 
 
 async def check_reachable(target_base_url: str, headers: dict[str, str], timeout_s: float = 10.0) -> list[str]:

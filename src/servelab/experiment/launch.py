@@ -17,7 +17,7 @@ engine's) and stops it with them.
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from servelab.engine.adapter import EngineLauncher, RunningEngine

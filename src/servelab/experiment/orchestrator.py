@@ -24,7 +24,7 @@ import numpy as np
 
 from servelab import __version__
 from servelab.errors import ServelabError
-from servelab.experiment.cells import Cell, CellSelection, cells_of_arm
+from servelab.experiment.cells import Cell, CellSelection, cells_of_arm, load_points
 from servelab.engine.adapter import RunningEngine
 from servelab.experiment.arms import engine_owner, launch_identity
 from servelab.experiment.launch import ArmRun, start_arm
@@ -35,7 +35,8 @@ from servelab.metrics.result import GoodputSLO, RunInfo
 from servelab.metrics.scrape import ServerSeries
 from servelab.metrics.server_figures import ServerFigures
 from servelab.metrics.summary import SummaryOptions, summarize
-from servelab.workload.arrivals import ArrivalOptions, arrival_times_s
+from servelab.metrics.traps import result_json
+from servelab.workload.arrivals import ArrivalOptions, schedule_s
 from servelab.workload.datasets import build_workload
 from servelab.workload.tokenizer import TokenizerHandle, load_tokenizer
 
@@ -111,9 +112,25 @@ class Orchestrator:
             "updated": dt.datetime.now().isoformat(timespec="seconds"),
         }
 
+    def check_inputs(self) -> None:
+        """Resolve every file the spec names before any arm starts (dataset files,
+        tokenizers, the simulator's calibration and profile), so a missing one stops the
+        run with one error instead of failing each arm after its engine started."""
+        spec = self.spec
+        for wl, load in ((w, p) for w in spec.workloads for p in load_points(spec.loads)):
+            dataset = wl.dataset(load.num_prompts, spec.model.tokenizer)
+            path = dataset.dataset_path
+            if path is not None and not path.exists():
+                raise ServelabError(f"workload {wl.name}: dataset_path {path}: no such file")
+            self._tokenizer(dataset.tokenizer)
+        for key, path in (("sim.calibration", spec.sim.calibration), ("sim.profile", spec.sim.profile)):
+            if path is not None and not path.is_file():
+                raise ServelabError(f"{key} {path}: no such file")
+
     def run(self) -> None:
         """Measure every cell not yet stored (all of them with `force`)."""
         self.check_resumable()
+        self.check_inputs()
         self.store.write_manifest(self.manifest())
         try:
             for arm in self.spec.arms:
@@ -203,7 +220,7 @@ class Orchestrator:
         tok = self._tokenizer(dataset.tokenizer)
         work = build_workload(dataset, tok, cell.seed)
         arrivals = ArrivalOptions(request_rate=load.request_rate, burstiness=load.burstiness)
-        intended = arrival_times_s(len(work.requests), arrivals, np.random.default_rng(cell.seed))
+        intended = np.asarray(schedule_s(work, arrivals, np.random.default_rng(cell.seed)))
         m = started.target.measure(work.requests, tok, intended.tolist(), load.max_concurrency,
                                    spec.loads.num_warmups, cell.seed)
         result = summarize(m.records, m.duration_s, summary_options(spec)).with_run(RunInfo(
@@ -221,7 +238,7 @@ class Orchestrator:
                      "request_rate": "inf" if load.request_rate == float("inf") else load.request_rate,
                      "max_concurrency": load.max_concurrency, "burstiness": load.burstiness,
                      "num_warmups": spec.loads.num_warmups},
-            "result": result.to_json_dict(detailed=True),
+            "result": result_json(result, detailed=True),
             "servers": [s.to_json_dict() for s in m.servers],
             "engine_memory": list(startups),
             "roofline": self._roofline(arm, m.servers, work.requests),

@@ -20,7 +20,7 @@ class RequestRecord:
     after the first (`output_len - 1` values on success). A failed request carries
     `error` (a message) and `error_kind` (a short reason used to group failures, e.g.
     `http_500`, `timeout`, `connect`, `stream_broken`) and never enters latency or
-    throughput figures.
+    throughput figures. `expected_output_len` is the max_tokens asked for.
     """
 
     index: int
@@ -28,6 +28,7 @@ class RequestRecord:
     intended_send_s: float
     send_s: float
     slot_wait_ms: float = 0.0
+    expected_output_len: int = 0
     output_len: int = 0
     ttft_ms: float | None = None
     itl_ms: list[float] = field(default_factory=list)
@@ -35,6 +36,14 @@ class RequestRecord:
     error: str | None = None
     error_kind: str | None = None
     warmup: bool = False
+    # What the answer said (None when the client did not keep texts), how many of its
+    # tokens were reasoning (reasoning-only chunks), and how many chunks carried tokens
+    # (fewer than output_len: several tokens per chunk, e.g. speculative decoding).
+    generated_text: str | None = None
+    reasoning_text: str | None = None
+    reasoning_tokens: int = 0
+    answer_ttft_ms: float | None = None  # to the first answer (non-reasoning) token
+    chunks: int = 0
 
     @property
     def success(self) -> bool:

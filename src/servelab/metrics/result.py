@@ -26,9 +26,11 @@ __all__ = [
     "GoodputSLO",
     "LagStats",
     "LatencyStats",
+    "MeasurementTraps",
     "MetricName",
     "PercentileValue",
     "RequestDetails",
+    "RpsChange",
     "RunInfo",
     "SlotWaitStats",
     "load_result",
@@ -106,21 +108,63 @@ class ClientHealth(_Record):
     client_fell_behind: bool
 
 
+class MeasurementTraps(_Record):
+    """What can make a run's headline figures mislead, counted over its successful requests.
+
+    Reasoning: tokens in reasoning-only chunks (they count toward TTFT and output, as in
+    vLLM) vs the rest, and the mean time to the first answer token of requests that
+    reasoned. First ITL: each request's first inter-token gap (which can carry the rest of
+    a chunked prefill or another request's prefill) vs its later gaps, and ITL without
+    the first gaps. Multi-token chunks: output tokens that arrived in a chunk with others
+    (speculative decoding, stream batching), whose ITLs are the chunk's gap split evenly.
+    Short outputs: answers that stopped before the max_tokens asked for. Short TPOT:
+    requests with 2 or 3 output tokens, whose TPOT is one or two gaps, and their share of
+    the summed TPOT (how much they pull the mean).
+    """
+
+    reasoning_tokens: int
+    answer_tokens: int
+    reasoning_requests: int
+    mean_answer_ttft_ms: float | None
+    mean_first_itl_ms: float | None
+    mean_later_itl_ms: float | None
+    itl_excl_first: LatencyStats
+    tokens_sharing_a_chunk: int
+    short_outputs: int
+    short_tpot_requests: int
+    short_tpot_share: float
+
+
 class RequestDetails(_Record):
     """Per-request lists, in request order (failed requests included, warm-ups not).
 
-    Units follow vLLM's detailed result: TTFT and ITL in seconds. A request with no first
-    token has TTFT 0.0 and a successful one has the error "" (vLLM's defaults).
+    Units follow vLLM's detailed result: TTFT, ITL, latency, start and client queue
+    times in seconds (start times from the run's t0, where vLLM's are perf_counter
+    readings; only differences between them mean anything in either). A request with no
+    first token has TTFT 0.0 and latency 0.0, a successful one the error "" (vLLM's
+    defaults); `generated_texts` are "" when the client kept no text.
     """
 
     input_lens: tuple[int, ...]
     output_lens: tuple[int, ...]
     ttfts_s: tuple[float, ...]
     itls_s: tuple[tuple[float, ...], ...]
+    latencies_s: tuple[float, ...]
+    start_times_s: tuple[float, ...]
+    queue_times_s: tuple[float, ...]
+    generated_texts: tuple[str, ...]
     errors: tuple[str, ...]
     error_kinds: tuple[str | None, ...]
     sched_lags_ms: tuple[float, ...]
     slot_waits_ms: tuple[float, ...]
+
+
+class RpsChange(_Record):
+    """vLLM's ramp-up record: when the sending rate first reached `rps` (an integer
+    req/s), as an ISO wall-clock timestamp."""
+
+    rps: int
+    timestamp: str
 
 
 class RunInfo(_Record):
@@ -146,6 +190,8 @@ class RunInfo(_Record):
     seed: int | None = None
     tokenizer: str | None = None
     sampling: dict[str, float] = Field(default_factory=dict)
+    ignore_eos: bool = False
+    rps_change_events: tuple[RpsChange, ...] = ()
 
 
 class BenchResult(_Record):
@@ -169,6 +215,9 @@ class BenchResult(_Record):
     tpot: LatencyStats
     itl: LatencyStats
     e2el: LatencyStats
+    client_queue: LatencyStats
+    e2el_incl_queue: LatencyStats
+    traps: MeasurementTraps
     percentile_metrics: tuple[MetricName, ...]
     goodput_slo: GoodputSLO | None
     client: ClientHealth
@@ -213,19 +262,43 @@ class BenchResult(_Record):
         out["request_goodput"] = self.request_goodput
         out["output_throughput"] = self.output_throughput
         out["total_token_throughput"] = self.total_token_throughput
+        d = self.details
         if detailed:
-            d = self.details
             out["input_lens"] = list(d.input_lens)
             out["output_lens"] = list(d.output_lens)
             out["ttfts"] = list(d.ttfts_s)
             out["itls"] = [list(x) for x in d.itls_s]
+        # vLLM keeps these two lists even without --save-detailed.
+        out["latencies"] = list(d.latencies_s)
+        if detailed:
+            out["start_times"] = list(d.start_times_s)
+        out["queue_times"] = list(d.queue_times_s)
+        if detailed:
+            out["generated_texts"] = list(d.generated_texts)
             out["errors"] = list(d.errors)
         out["max_output_tokens_per_s"] = self.max_output_tokens_per_s
         out["max_concurrent_requests"] = self.max_concurrent_requests
+        out["rtfx"] = 0.0  # vLLM's audio figure: no audio here
+        if self.run is not None and self.run.rps_change_events:
+            out["rps_change_events"] = [e.model_dump() for e in self.run.rps_change_events]
         for metric in METRIC_NAMES:
             if metric in self.percentile_metrics:
                 _put_latency_keys(out, metric, self.latency(metric))
+        for key, stats in self.queue_metrics():
+            _put_latency_keys(out, key, stats)
         out["servelab"] = self._servelab_dict(detailed)
+        return out
+
+    def queue_metrics(self) -> list[tuple[str, LatencyStats]]:
+        """vLLM's client-queue metrics as (key, stats): the time requests waited in the
+        client (for a --max-concurrency slot, or behind its own schedule) when a cap was
+        set, and E2E latency including it when the rate was finite too."""
+        run = self.run
+        if run is None or run.max_concurrency is None:
+            return []
+        out = [("client_queue_time", self.client_queue)]
+        if not math.isinf(run.request_rate):
+            out.append(("e2el_including_client_queue", self.e2el_incl_queue))
         return out
 
     def _servelab_dict(self, detailed: bool) -> dict[str, Any]:
@@ -249,6 +322,8 @@ class BenchResult(_Record):
             "mean_intended_gap_ms": c.mean_intended_gap_ms,
             "sched_lag_threshold_ms": c.sched_lag_threshold_ms,
             "client_fell_behind": c.client_fell_behind,
+            "ignore_eos": self.run.ignore_eos if self.run else None,
+            "traps": self.traps.model_dump(),
             "server_metrics": self.server.to_json_dict() if self.server else None,
             "gpu": self.gpu.to_json_dict() if self.gpu else None,
         }

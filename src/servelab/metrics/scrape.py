@@ -36,6 +36,10 @@ _SOURCES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("generation_tokens_total",
      ("vllm:generation_tokens_total", "sglang:generation_tokens_total")),
     ("prefix_cache_hit_rate", ("sglang:cache_hit_rate",)),
+    # The server's own TTFT histogram (from when the API server got the request), so the
+    # client's TTFT can be split into the server's part and the rest.
+    ("ttft_seconds_sum", ("vllm:time_to_first_token_seconds_sum",)),
+    ("ttft_seconds_count", ("vllm:time_to_first_token_seconds_count",)),
 )
 # Fractions in [0, 1]: several engines' values are combined by max, not summed.
 _FRACTIONS = frozenset({"kv_cache_usage_perc", "prefix_cache_hit_rate"})
@@ -59,6 +63,8 @@ class ServerSnapshot:
     prompt_tokens_total: float | None = None
     generation_tokens_total: float | None = None
     prefix_cache_hit_rate: float | None = None
+    ttft_seconds_sum: float | None = None
+    ttft_seconds_count: float | None = None
 
 
 def parse_server_metrics(text: str, source: str = "<text>") -> ServerSnapshot:
@@ -183,6 +189,16 @@ class ServerSeries:
             return None
         return hits / queries
 
+    @property
+    def mean_server_ttft_ms(self) -> float | None:
+        """Mean TTFT the server measured over the run (ms): its histogram's sum over its
+        count, both as deltas; None without the histogram or without requests."""
+        total = _counter_delta(self.samples, "ttft_seconds_sum")
+        count = _counter_delta(self.samples, "ttft_seconds_count")
+        if total is None or not count:
+            return None
+        return total / count * 1000.0
+
     def to_json_dict(self) -> dict[str, Any]:
         """Summary figures plus the series column by column (one list per field)."""
         names = [f.name for f in fields(ServerSnapshot)]
@@ -201,6 +217,7 @@ class ServerSeries:
             "prefix_cache_queries_delta": self.prefix_cache_queries_delta,
             "prompt_tokens_delta": self.prompt_tokens_delta,
             "generation_tokens_delta": self.generation_tokens_delta,
+            "mean_server_ttft_ms": self.mean_server_ttft_ms,
             "series": {
                 "t_s": [s.t_s for s in self.samples],
                 **{n: [getattr(s.snapshot, n) for s in self.samples] for n in names},

@@ -23,6 +23,7 @@ from servelab.metrics.result import (
     GoodputSLO,
     LagStats,
     LatencyStats,
+    MeasurementTraps,
     MetricName,
     PercentileValue,
     RequestDetails,
@@ -162,10 +163,48 @@ def summarize(
         tpot=_latency_stats(tpots, pct),
         itl=_latency_stats(itls, pct),
         e2el=_latency_stats(e2els, pct),
+        client_queue=_latency_stats([_queue_ms(r) for r in ok], pct),
+        e2el_incl_queue=_latency_stats([_req(r.e2el_ms) + _queue_ms(r) for r in ok], pct),
+        traps=_traps(ok, pct),
         percentile_metrics=opts.percentile_metrics,
         goodput_slo=opts.goodput,
         client=_client_health(measured),
         details=_details(measured),
+    )
+
+
+def _queue_ms(r: RequestRecord) -> float:
+    """How long a request waited in the client past its intended send time (ms): vLLM's
+    client queue time (the concurrency slot wait plus any scheduling lag)."""
+    return max(0.0, (r.send_s - r.intended_send_s) * 1000.0)
+
+
+# Requests whose TPOT is one or two gaps: "short" for the TPOT-skew trap.
+SHORT_TPOT_MAX_TOKENS = 3
+
+
+def _traps(ok: list[RequestRecord], pct: tuple[float, ...]) -> MeasurementTraps:
+    reasoning = sum(r.reasoning_tokens for r in ok)
+    reasoned = [r for r in ok if r.reasoning_tokens > 0]
+    answer_ttfts = [r.answer_ttft_ms for r in reasoned if r.answer_ttft_ms is not None]
+    firsts = [r.itl_ms[0] for r in ok if r.itl_ms]
+    later = [g for r in ok for g in r.itl_ms[1:]]
+    tpots = [(r.output_len, t) for r in ok if (t := r.tpot_ms) is not None]
+    tpot_sum = sum(t for _, t in tpots)
+    short = [t for n, t in tpots if n <= SHORT_TPOT_MAX_TOKENS]
+    return MeasurementTraps(
+        reasoning_tokens=reasoning,
+        answer_tokens=sum(r.output_len for r in ok) - reasoning,
+        reasoning_requests=len(reasoned),
+        mean_answer_ttft_ms=float(np.mean(answer_ttfts)) if answer_ttfts else None,
+        mean_first_itl_ms=float(np.mean(firsts)) if firsts else None,
+        mean_later_itl_ms=float(np.mean(later)) if later else None,
+        itl_excl_first=_latency_stats(later, pct),
+        # A record's chunks count those that carried tokens (0 when not counted: sim).
+        tokens_sharing_a_chunk=sum(r.output_len - r.chunks for r in ok if r.chunks),
+        short_outputs=sum(1 for r in ok if 0 < r.output_len < r.expected_output_len),
+        short_tpot_requests=len(short),
+        short_tpot_share=sum(short) / tpot_sum if tpot_sum > 0 else 0.0,
     )
 
 
@@ -282,6 +321,10 @@ def _details(measured: list[RequestRecord]) -> RequestDetails:
         output_lens=tuple(r.output_len if r.success else 0 for r in measured),
         ttfts_s=tuple((r.ttft_ms or 0.0) / 1000.0 for r in measured),
         itls_s=tuple(tuple(g / 1000.0 for g in r.itl_ms) for r in measured),
+        latencies_s=tuple((r.e2el_ms or 0.0) / 1000.0 if r.success else 0.0 for r in measured),
+        start_times_s=tuple(r.send_s for r in measured),
+        queue_times_s=tuple(max(0.0, r.send_s - r.intended_send_s) for r in measured),
+        generated_texts=tuple(r.generated_text or "" for r in measured),
         errors=tuple(r.error or "" for r in measured),
         error_kinds=tuple(
             None if r.success else (r.error_kind or UNKNOWN_ERROR_KIND) for r in measured

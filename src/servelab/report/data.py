@@ -45,6 +45,7 @@ class CellFigures:
     itls_ms: tuple[float, ...] = ()
     server: ServerFigures = field(default_factory=ServerFigures)
     roofline: RooflineStep | None = None  # at the batch and context the cell ran
+    trap_notes: tuple[str, ...] = ()  # the run's measurement traps (servelab.metrics.traps)
 
     @property
     def x_value(self) -> float:
@@ -122,6 +123,7 @@ def cell_figures(data: dict[str, Any]) -> CellFigures:
         ttfts_ms=tuple(t * 1e3 for t, e in zip(res.get("ttfts") or [], errors) if not e),
         itls_ms=tuple(g * 1e3 for row in (res.get("itls") or []) for g in row),
         server=server, roofline=RooflineStep.of(data.get("roofline")),
+        trap_notes=tuple((res.get("servelab") or {}).get("trap_notes") or ()),
     )
 
 

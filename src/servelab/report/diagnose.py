@@ -120,7 +120,8 @@ def diagnose_cell(data: ExperimentData, c: CellFigures) -> Diagnosis:
         failed=c.failed, baseline_ttft_ms=base_ttft))
     first, *rest = d.lines
     more = tuple(x for x in (weights_line(data, c), routing_line(data, c)) if x is not None)
-    return Diagnosis(d.kind, (f"{c.workload} at {c.load}: {first}", *rest, *more))
+    traps = tuple(f"measurement: {note}" for note in c.trap_notes)
+    return Diagnosis(d.kind, (f"{c.workload} at {c.load}: {first}", *rest, *more, *traps))
 
 
 def diagnose_arms(data: ExperimentData) -> list[ArmDiagnosis]:

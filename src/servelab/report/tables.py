@@ -17,14 +17,23 @@ from dataclasses import dataclass
 from typing import Any
 
 from servelab.report.data import CellFigures, ExperimentData
+from servelab.textgrid import FitTable
 
 
 @dataclass(frozen=True, slots=True)
 class Table:
+    """A table as text cells; `keys` leading columns identify a row (load and arm)."""
+
     title: str
     headers: tuple[str, ...]
     rows: tuple[tuple[str, ...], ...]
     note: str = ""
+    keys: int = 1
+
+    def to_text(self) -> FitTable:
+        """The table for a console: one grid, column groups or stacked rows, whichever
+        fits its width without cutting a figure."""
+        return FitTable(self.title, self.headers, self.rows, keys=self.keys, note=self.note)
 
     def to_markdown(self) -> str:
         lines = [f"### {self.title}", "", "| " + " | ".join(self.headers) + " |",
@@ -74,7 +83,7 @@ def comparison_table(data: ExperimentData, workload: str) -> Table:
             rows.append((load, arm, *(fmt(getattr(c, k)) for k, _ in METRICS),
                          f"{c.failed}" if c.failed else "0"))
     return Table(f"{workload}: arms x loads", ("load", "arm", *(h for _, h in METRICS), "failed"),
-                 tuple(rows))
+                 tuple(rows), keys=2)
 
 
 def ratio_table(data: ExperimentData, workload: str) -> Table:
@@ -92,7 +101,7 @@ def ratio_table(data: ExperimentData, workload: str) -> Table:
             rows.append((load, arm, *(("x" + fmt(v, 2)) if v is not None else "-" for v in vals)))
     return Table(f"{workload}: ratios vs baseline {base}", ("load", "arm", *(h for _, h in METRICS)),
                  tuple(rows), note="x1.25 = 1.25 times the baseline's figure at the same load "
-                 "(throughput: higher is better; latency and duration: lower is better).")
+                 "(throughput: higher is better; latency and duration: lower is better).", keys=2)
 
 
 def _get(d: dict[str, Any] | None, *path: str) -> Any:
@@ -157,7 +166,7 @@ def slo_table(data: ExperimentData) -> Table | None:
                          fmt(best.goodput_s, 2) if best else "-"))
     return Table(f"SLO (p{p:g}: {limits}): best load that meets it",
                  ("workload", "arm", "load", "output tok/s", "goodput req/s"), tuple(rows),
-                 note="A load with failed requests does not meet the SLO.")
+                 note="A load with failed requests does not meet the SLO.", keys=2)
 
 
 def failed_arms_table(data: ExperimentData) -> Table | None:

@@ -120,7 +120,7 @@ def _run(cluster: Cluster, requests: Sequence[OfflineRequest], intended_s: Seque
         req = requests[i]
         rec = RequestRecord(index=req.index, prompt_len=len(req.prompt_token_ids),
                             intended_send_s=float(intended_s[i]), send_s=now - t0,
-                            slot_wait_ms=wait_ms)
+                            slot_wait_ms=wait_ms, expected_output_len=req.output_len)
         flights[i] = _Flight(rec, RouteRequest(req.route_text, len(req.prompt_token_ids),
                                                req.session_key))
         heapq.heappush(heap, (now + ingress, seq, _REACH, i))

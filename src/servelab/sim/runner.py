@@ -1,7 +1,7 @@
 """One offline simulation from flags to a `BenchResult` (used by `sim run` and `sim calibrate`).
 
 Arrival times are drawn exactly as the bench command draws them
-(`arrival_times_s(n, arrivals, numpy.random.default_rng(seed))`), so a simulated run and a
+(`schedule_s(workload, arrivals, numpy.random.default_rng(seed))`), so a simulated run and a
 measured run with the same seed send the same requests at the same intended times.
 """
 
@@ -21,7 +21,7 @@ from servelab.sim.engine import SimEngine
 from servelab.sim.offline import OfflineRequest, OfflineRun, simulate
 from servelab.sim.scheduler import ScheduledStep
 from servelab.sim.setup import SimOptions, build_cluster, offline_requests
-from servelab.workload.arrivals import ArrivalOptions, arrival_times_s
+from servelab.workload.arrivals import ArrivalOptions, schedule_s
 from servelab.workload.datasets import DatasetOptions, build_workload
 from servelab.workload.tokenizer import load_tokenizer
 
@@ -43,7 +43,7 @@ def prepare_workload(dataset: DatasetOptions, seed: int, arrivals: ArrivalOption
     tok = load_tokenizer(dataset.tokenizer)
     wl = build_workload(dataset, tok, seed)
     reqs = offline_requests(wl.requests, tok)
-    intended = arrival_times_s(len(reqs), arrivals, np.random.default_rng(seed))
+    intended = np.asarray(schedule_s(wl, arrivals, np.random.default_rng(seed)))
     return PreparedWorkload(reqs, intended, wl.tokenizer.name, wl.tokenizer.source, tuple(wl.notes))
 
 

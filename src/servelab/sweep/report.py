@@ -4,20 +4,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from rich.table import Table
-
 from servelab.sweep.runner import SweepOutcome
+from servelab.textgrid import FitTable
 
 
-def sweep_table(o: SweepOutcome) -> Table:
+def sweep_table(o: SweepOutcome) -> FitTable:
+    """The levels as a table that fits any console width without cutting a figure."""
     p = o.config.percentile
-    t = Table(title=f"sweep of {o.describe} ({o.config.axis.mode})")
-    for col in (o.config.axis.mode, "why", "out tok/s", "req/s", "goodput", f"TTFT p{p:g}",
-                f"TPOT p{p:g}", f"E2EL p{p:g}", "wait avg/max", "run max", "KV peak", "preempt", "SLO"):
-        t.add_column(col, justify="right")
+    headers = (o.config.axis.mode, "why", "out tok/s", "req/s", "goodput req/s", f"TTFT p{p:g}",
+               f"TPOT p{p:g}", f"E2EL p{p:g}", "wait avg/max", "run max", "KV peak", "preempt", "SLO")
     why = dict(o.order)
     knee = o.knee.level if o.knee else None
     cap = o.capacity.level if o.capacity else None
+    rows = []
     for x in sorted(o.levels):
         lv = o.levels[x]
         s = lv.server
@@ -25,15 +24,16 @@ def sweep_table(o: SweepOutcome) -> Table:
         slo = "-" if lv.meets_slo is None else ("ok" if lv.meets_slo else "broken")
         if lv.saturated:
             slo = "OVER-SATURATED"
-        t.add_row(f"{x:g}", f"{why.get(x, '')} {mark}".strip(), f"{lv.throughput:,.1f}",
-                  f"{lv.request_throughput:.2f}", "-" if lv.goodput is None else f"{lv.goodput:.2f}",
-                  f"{lv.latency_ms('ttft'):,.1f}", f"{lv.latency_ms('tpot'):,.1f}",
-                  f"{lv.latency_ms('e2el'):,.1f}",
-                  "-" if s.mean_waiting is None else f"{s.mean_waiting:.1f}/{s.max_waiting:.0f}",
-                  "-" if s.max_running is None else f"{s.max_running:.0f}",
-                  "-" if s.peak_kv_usage is None else f"{100 * s.peak_kv_usage:.0f} %",
-                  "-" if s.preemptions is None else f"{s.preemptions:.0f}", slo)
-    return t
+        rows.append((f"{x:g}", f"{why.get(x, '')} {mark}".strip(), f"{lv.throughput:,.1f}",
+                     f"{lv.request_throughput:.2f}", "-" if lv.goodput is None else f"{lv.goodput:.2f}",
+                     f"{lv.latency_ms('ttft'):,.1f}", f"{lv.latency_ms('tpot'):,.1f}",
+                     f"{lv.latency_ms('e2el'):,.1f}",
+                     "-" if s.mean_waiting is None else f"{s.mean_waiting:.1f}/{s.max_waiting:.0f}",
+                     "-" if s.max_running is None else f"{s.max_running:.0f}",
+                     "-" if s.peak_kv_usage is None else f"{100 * s.peak_kv_usage:.0f} %",
+                     "-" if s.preemptions is None else f"{s.preemptions:.0f}", slo))
+    return FitTable(f"sweep of {o.describe} ({o.config.axis.mode}; latencies in ms)", headers,
+                    tuple(rows))
 
 
 def summary_lines(o: SweepOutcome) -> list[str]:

@@ -22,15 +22,15 @@ from servelab.experiment.spec import NumPromptsRule
 from servelab.metrics.result import RunInfo, write_result
 from servelab.metrics.server_figures import ServerFigures
 from servelab.metrics.summary import SummaryOptions, summarize
+from servelab.metrics.traps import result_json
 from servelab.sweep.diagnose import Bend, diagnose_level
 from servelab.sweep.knee import Knee, KneeInterval, find_knee, knee_interval
 from servelab.sweep.levels import LevelAxis, Targets, flattened, next_level
 from servelab.sweep.points import LevelPoint, LevelSummary, saturation_reason
 from servelab.sweep.slo import Capacity, Slo, capacity
 from servelab.sweep.targets import OpenTarget
-from servelab.workload.arrivals import ArrivalOptions, arrival_times_s
-from servelab.workload.datasets import DatasetOptions, build_workload
-from servelab.workload.request import RequestSpec
+from servelab.workload.arrivals import ArrivalOptions, schedule_s
+from servelab.workload.datasets import DatasetOptions, Workload, build_workload
 from servelab.workload.tokenizer import TokenizerHandle, load_tokenizer
 
 Echo = Callable[[str], None]
@@ -66,19 +66,19 @@ class WorkloadCache:
 
     def __init__(self) -> None:
         self._tok: dict[str | None, TokenizerHandle] = {}
-        self._built: dict[tuple[str, int, int], tuple[list[RequestSpec], list[str]]] = {}
+        self._built: dict[tuple[str, int, int], Workload] = {}
 
     def tokenizer(self, name: str | None) -> TokenizerHandle:
         if name not in self._tok:
             self._tok[name] = load_tokenizer(name)
         return self._tok[name]
 
-    def requests(self, dataset: DatasetOptions, seed: int, n: int) -> tuple[list[RequestSpec], list[str]]:
+    def workload(self, dataset: DatasetOptions, seed: int, n: int) -> Workload:
         key = (dataset.model_dump_json(exclude={"num_prompts"}), seed, n)
         if key not in self._built:
             ds = dataset.model_copy(update={"num_prompts": n})
-            wl = build_workload(DatasetOptions.model_validate(ds.model_dump()), self.tokenizer(ds.tokenizer), seed)
-            self._built[key] = (wl.requests, list(wl.notes))
+            self._built[key] = build_workload(DatasetOptions.model_validate(ds.model_dump()),
+                                              self.tokenizer(ds.tokenizer), seed)
         return self._built[key]
 
 
@@ -111,11 +111,12 @@ def measure_level(ot: OpenTarget, cfg: SweepConfig, level: float, cache: Workloa
     points = []
     for rep in range(cfg.repetitions):
         seed = cell_seed(cfg.seed, f"rep{rep}", axis.key(level))
-        reqs, wl_notes = cache.requests(cfg.dataset, seed, n)
+        wl = cache.workload(cfg.dataset, seed, n)
+        reqs, wl_notes = wl.requests, wl.notes
         notes.extend(x for x in wl_notes if x not in notes)
         arrivals = ArrivalOptions(request_rate=math.inf if concurrency else level,
                                   burstiness=cfg.burstiness)
-        intended = arrival_times_s(len(reqs), arrivals, np.random.default_rng(seed))
+        intended = np.asarray(schedule_s(wl, arrivals, np.random.default_rng(seed)))
         cap = int(level) if concurrency else cfg.max_concurrency
         m = ot.target.measure(reqs, cache.tokenizer(cfg.dataset.tokenizer), intended.tolist(), cap,
                               cfg.num_warmups, seed)
@@ -133,7 +134,7 @@ def measure_level(ot: OpenTarget, cfg: SweepConfig, level: float, cache: Workloa
                            saturation_reason(m.records, result, open_loop=not concurrency))
         points.append(point)
         if out_dir is not None:
-            data = result.to_json_dict()
+            data = result_json(result)
             data["servelab"]["sweep"] = {
                 "mode": axis.mode, "level": level, "repetition": rep, "seed": seed,
                 "saturated": point.saturated_reason,

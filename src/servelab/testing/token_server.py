@@ -14,11 +14,12 @@ Serves `/v1/completions` and `/v1/chat/completions` (SSE streaming or one JSON a
 `/v1/models`, `/health`, and `/stats` (requests seen, in flight now, the maximum ever in
 flight, and what the server actually did, measured with `time.perf_counter` when each
 chunk was written: mean time from the handler's start to the first chunk, mean gap between
-chunks; `POST /stats/reset` zeroes them). On a busy machine the actual figures drift from
+chunks; `POST /stats/reset` zeroes them), and `/requests` (the headers, but the API key,
+and the body of each completion request, so tests see what a client sent). On a busy machine the actual figures drift from
 the schedule (timers fire late); they are the truth a client is checked against.
 
 Faults, counted over completion requests in arrival order (1-based): every `fail_every`-th
-gets HTTP 500; every `break_every`-th has its connection cut after `break_after_tokens`
+gets HTTP 500, and so does every one after the first `fail_after`; every `break_every`-th has its connection cut after `break_after_tokens`
 tokens; every `stall_every`-th waits `stall_ms` before answering. With `api_key` set,
 completion requests without `Authorization: Bearer <api_key>` get HTTP 401.
 
@@ -58,6 +59,7 @@ class TokenServerConfig:
     stall_ms: float = 0.0
     model: str = "token-server"
     api_key: str | None = None
+    fail_after: int = 0
 
 
 @dataclass(slots=True)
@@ -112,6 +114,8 @@ class TokenServer:
     def __init__(self, config: TokenServerConfig) -> None:
         self.config = config
         self.stats = ServerStats()
+        # What each generation request carried (headers but the API key, and the body).
+        self.seen: list[dict[str, object]] = []
         self.app = web.Application(client_max_size=1 << 30, middlewares=[_stamp_arrival])
         self.app.add_routes(
             [
@@ -120,6 +124,7 @@ class TokenServer:
                 web.get("/v1/models", self.models),
                 web.get("/health", self.health),
                 web.get("/stats", self.get_stats),
+                web.get("/requests", self.get_requests),
                 web.post("/stats/reset", self.reset_stats),
             ]
         )
@@ -143,7 +148,11 @@ class TokenServer:
 
     async def reset_stats(self, request: web.Request) -> web.Response:
         self.stats = ServerStats(in_flight=self.stats.in_flight, max_in_flight=self.stats.in_flight)
+        self.seen.clear()
         return web.Response(text="")
+
+    async def get_requests(self, request: web.Request) -> web.Response:
+        return web.json_response(self.seen)
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
         return await self._serve(request, chat=False)
@@ -173,6 +182,13 @@ class TokenServer:
         if cfg.api_key is not None and request.headers.get("Authorization") != f"Bearer {cfg.api_key}":
             return web.json_response({"object": "error", "message": "bad API key"}, status=401)
         body = await request.json()
+        if len(self.seen) < SEEN_MAX:
+            self.seen.append({"headers": {k.lower(): v for k, v in request.headers.items()
+                                          if k.lower() != "authorization"}, "body": body})
+        if cfg.fail_after and seq > cfg.fail_after:
+            return web.json_response(
+                {"object": "error", "message": f"injected failure after request {cfg.fail_after}"},
+                status=500)
         if cfg.fail_every and seq % cfg.fail_every == 0:
             return web.json_response(
                 {"object": "error", "message": f"injected failure for request {seq}"}, status=500
@@ -221,6 +237,9 @@ class TokenServer:
         return resp
 
 
+SEEN_MAX = 10_000  # requests /requests remembers (a test server: bounded, not a log)
+
+
 def _chunks(n: int, cfg: TokenServerConfig) -> int:
     return -(-n // cfg.tokens_per_chunk)
 
@@ -248,6 +267,7 @@ def _parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, TokenServer
     p.add_argument("--stall-ms", type=float, default=0.0)
     p.add_argument("--model", default="token-server")
     p.add_argument("--api-key", default=None, help="answer 401 unless this Bearer key is sent")
+    p.add_argument("--fail-after", type=int, default=0, help="answer 500 to every request after the first N")
     a = p.parse_args(argv)
     if a.tokens_per_chunk < 1:
         p.error("--tokens-per-chunk must be >= 1")

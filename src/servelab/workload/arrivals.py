@@ -5,16 +5,23 @@ Gaps between requests are gamma-distributed with shape = burstiness and mean 1/r
 vLLM, the drawn times are not rescaled to make the run last exactly num_prompts/rate: the
 schedule is a true gamma renewal process, so its realised rate varies from run to run as
 real traffic does (by about 1/sqrt(n x burstiness)).
+
+`schedule_s` is what every sender calls: a workload's own times (a timed trace) when it
+has them, else the drawn ones.
 """
 
 from __future__ import annotations
 
 import math
-import secrets
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from servelab.errors import ServelabError
+
+if TYPE_CHECKING:
+    from servelab.workload.datasets import Workload
 
 
 class ArrivalOptions(BaseModel):
@@ -99,6 +106,37 @@ def arrival_times_s(n: int, opts: ArrivalOptions, rng: np.random.Generator) -> n
     return np.concatenate(([0.0], np.cumsum(gaps)))
 
 
-def fresh_seed() -> int:
-    """A new seed from the OS's entropy (for runs without --seed; the caller records it)."""
-    return secrets.randbelow(2**31)
+MULTI_TURN_ONLY_BENCH = (
+    "multi-turn sessions (--multi-turn, --dataset-name sessions) are sent only by servelab "
+    "bench, where each turn waits for the previous answer; sim run, run, sweep and tune send "
+    "independent requests (simulate with servelab sim serve + servelab bench)"
+)
+
+
+def schedule_s(workload: Workload, opts: ArrivalOptions, rng: np.random.Generator, *,
+               sessions: bool = False) -> list[float]:
+    """When to send each independently scheduled unit of `workload` (s after the run's start).
+
+    A workload that carries its own times (a timed trace on its own clock) gets those, and
+    a --request-rate, --burstiness or ramp-up other than the defaults is refused (they would
+    be ignored). Otherwise `arrival_times_s` draws them with `rng`. For a multi-turn
+    workload the units are sessions (their first turns), which only a caller that sends
+    sessions may ask for (`sessions=True`); any other caller gets a ServelabError.
+    """
+    if workload.sessions is not None:
+        if not sessions:
+            raise ServelabError(MULTI_TURN_ONLY_BENCH)
+        if opts.ramp_up_strategy is not None:
+            raise ServelabError("--ramp-up-strategy does not apply to multi-turn sessions "
+                                "(the rate sets when sessions start; use --request-rate)")
+        return arrival_times_s(len(workload.sessions), opts, rng).tolist()
+    if workload.arrival_s is not None:
+        if opts != ArrivalOptions():
+            raise ServelabError(
+                "--dataset-name timed_trace sends requests at the trace's own times: "
+                "--request-rate, --burstiness and --ramp-up-* do not apply (pass --no-self-timed "
+                "to use them instead, or --trace-speedup to replay faster)")
+        if len(workload.arrival_s) != len(workload.requests):
+            raise ValueError("a workload's arrival_s must have one time per request")
+        return list(workload.arrival_s)
+    return arrival_times_s(len(workload.requests), opts, rng).tolist()

@@ -65,6 +65,9 @@ class WorkloadSummary:
     notes: list[str]
     prompt_len: LengthStats
     output_len: LengthStats
+    sessions: int | None = None  # multi-turn: how many conversations the requests form
+    images: int = 0  # random-mm: images attached in all
+    own_schedule_s: float | None = None  # a timed trace on its clock: last send time (s)
 
     def to_json(self) -> dict[str, object]:
         """A JSON-ready dict with stable keys (`schema` names its version)."""
@@ -83,6 +86,9 @@ def summarize(workload: Workload) -> WorkloadSummary:
         notes=list(workload.notes),
         prompt_len=LengthStats.of([r.prompt_len for r in workload.requests]),
         output_len=LengthStats.of([r.output_len for r in workload.requests]),
+        sessions=len(workload.sessions) if workload.sessions is not None else None,
+        images=sum(len(r.images) for r in workload.requests),
+        own_schedule_s=workload.arrival_s[-1] if workload.arrival_s else None,
     )
 
 
@@ -94,11 +100,21 @@ def histogram(values: list[int], bins: int) -> list[HistogramBin]:
 
 def save_samples(workload: Workload, path: Path) -> None:
     """Write the requests as JSON Lines (loadable again with --dataset-name jsonl, and by
-    `vllm bench serve --dataset-name custom`, which reads `prompt` and `output_tokens`)."""
+    `vllm bench serve --dataset-name custom`, which reads `prompt` and `output_tokens`).
 
+    Multi-turn rows add `session_id` and `turn` (their `messages` are the turn's own user
+    message; the history is only known at run time), timed-trace rows `send_s`, random-mm
+    rows the number of `images`."""
+
+    turn_of = {t.index: (s.session_id, k) for s in workload.sessions or ()
+               for k, t in enumerate(s.turns)}
     lines = []
     for r in workload.requests:
         row: dict[str, object] = {"index": r.index}
+        if r.index in turn_of:
+            row["session_id"], row["turn"] = turn_of[r.index]
+        if workload.arrival_s is not None:
+            row["send_s"] = workload.arrival_s[r.index]
         if r.prompt is not None:
             row["prompt"] = r.prompt
         else:
@@ -107,6 +123,8 @@ def save_samples(workload: Workload, path: Path) -> None:
         row["prompt_len"] = r.prompt_len
         row["output_len"] = r.output_len
         row["output_tokens"] = r.output_len  # vLLM's custom dataset's name for it
+        if r.images:
+            row["images"] = len(r.images)  # how many, not the pixels (megabytes of base64)
         lines.append(json.dumps(row, ensure_ascii=False) + "\n")
     write_atomic(path.expanduser(), "".join(lines).encode("utf-8"))
 

