@@ -254,3 +254,53 @@ def test_garbage_body_is_recorded_as_unparsable():
 
     series = asyncio.run(main())
     assert not series.available and "not Prometheus text" in series.reason
+
+
+def _spec_text(drafts: int, proposed: int, accepted: int, per_pos: tuple[int, ...]) -> str:
+    lines = ["# TYPE vllm:spec_decode_num_drafts_total counter",
+             f'vllm:spec_decode_num_drafts_total{{engine="0",model_name="m"}} {drafts}',
+             "# TYPE vllm:spec_decode_num_draft_tokens_total counter",
+             f'vllm:spec_decode_num_draft_tokens_total{{engine="0",model_name="m"}} {proposed}',
+             "# TYPE vllm:spec_decode_num_accepted_tokens_total counter",
+             f'vllm:spec_decode_num_accepted_tokens_total{{engine="0",model_name="m"}} {accepted}',
+             "# TYPE vllm:spec_decode_num_accepted_tokens_per_pos_total counter"]
+    lines += [f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="0",model_name="m",position="{k}"}} {v}'
+              for k, v in enumerate(per_pos)]
+    return "\n".join(lines) + "\n"
+
+
+def test_speculative_decoding_counters_give_vllms_figures():
+    from servelab.client.console import summary_lines
+    from servelab.metrics.records import RequestRecord
+    from servelab.metrics.scrape import TimedSnapshot
+    from servelab.metrics.summary import SummaryOptions, summarize
+
+    before = parse_server_metrics(_spec_text(10, 30, 18, (8, 6, 4)))
+    after = parse_server_metrics(_spec_text(110, 330, 198, (88, 66, 44)))
+    series = ServerSeries(url="u", available=True, reason=None, failed_scrapes=0,
+                          samples=(TimedSnapshot(0.0, before), TimedSnapshot(1.0, after)))
+    sd = series.spec_decode
+    assert sd is not None
+    # 100 verification steps, 300 draft tokens, 180 accepted.
+    assert (sd.num_drafts, sd.draft_tokens, sd.accepted_tokens) == (100, 300, 180)
+    assert sd.acceptance_rate_pct == pytest.approx(60.0)
+    assert sd.acceptance_length == pytest.approx(2.8)
+    assert sd.per_position_acceptance == pytest.approx((0.8, 0.6, 0.4))
+    rec = RequestRecord(index=0, prompt_len=4, intended_send_s=0.0, send_s=0.0, output_len=3,
+                        ttft_ms=10.0, itl_ms=[1.0, 1.0], e2el_ms=12.0)
+    res = summarize([rec], 1.0, SummaryOptions()).with_server(series)
+    out = res.to_json_dict()
+    assert out["spec_decode_acceptance_length"] == pytest.approx(2.8)
+    assert out["spec_decode_per_position_acceptance_rates"] == pytest.approx([0.8, 0.6, 0.4])
+    lines = summary_lines(res)
+    # vLLM's own format strings for these rows: "{:<40} {:<10.2f}".
+    assert "{:<40} {:<10.2f}".format("Acceptance rate (%):", 60.0) in lines
+    assert "{:<40} {:<10.2f}".format("  Position 2:", 40.0) in lines
+    assert lines.index("Per-position acceptance (%):") < lines.index("=" * 50)
+    back = ServerSeries.from_json_dict(series.to_json_dict())
+    assert back.spec_decode == sd
+
+
+def test_no_speculation_no_figures():
+    assert ServerSeries(url="u", available=True, reason=None, failed_scrapes=0,
+                        samples=()).spec_decode is None

@@ -129,6 +129,18 @@ def summary_lines(result: BenchResult, title: str = " Serving Benchmark Result "
             _latency_block(lines, metric, result.latency(metric))
     for key, stats in result.queue_metrics():
         _latency_block(lines, key, stats)
+    sd = result.server.spec_decode if result.server is not None else None
+    if sd is not None:
+        lines.append(_header("Speculative Decoding", "-"))
+        lines.append(_row("Acceptance rate (%):", sd.acceptance_rate_pct))
+        lines.append(_row("Acceptance length:", sd.acceptance_length))
+        lines.append(_row("Drafts:", sd.num_drafts))
+        lines.append(_row("Draft tokens:", sd.draft_tokens))
+        lines.append(_row("Accepted tokens:", sd.accepted_tokens))
+        if sd.per_position_acceptance:
+            lines.append("Per-position acceptance (%):")
+            for i, rate in enumerate(sd.per_position_acceptance):
+                lines.append(_row(f"  Position {i}:", rate * 100.0))
     lines.append("=" * _WIDTH)
     lines.extend(_servelab_lines(result))
     return lines

@@ -281,6 +281,14 @@ class BenchResult(_Record):
         out["rtfx"] = 0.0  # vLLM's audio figure: no audio here
         if self.run is not None and self.run.rps_change_events:
             out["rps_change_events"] = [e.model_dump() for e in self.run.rps_change_events]
+        sd = self.server.spec_decode if self.server is not None else None
+        if sd is not None:  # vLLM's keys, in vLLM's order
+            out["spec_decode_acceptance_rate"] = sd.acceptance_rate_pct
+            out["spec_decode_acceptance_length"] = sd.acceptance_length
+            out["spec_decode_num_drafts"] = sd.num_drafts
+            out["spec_decode_draft_tokens"] = sd.draft_tokens
+            out["spec_decode_accepted_tokens"] = sd.accepted_tokens
+            out["spec_decode_per_position_acceptance_rates"] = list(sd.per_position_acceptance)
         for metric in METRIC_NAMES:
             if metric in self.percentile_metrics:
                 _put_latency_keys(out, metric, self.latency(metric))

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 import aiohttp
@@ -40,7 +40,13 @@ _SOURCES: tuple[tuple[str, tuple[str, ...]], ...] = (
     # client's TTFT can be split into the server's part and the rest.
     ("ttft_seconds_sum", ("vllm:time_to_first_token_seconds_sum",)),
     ("ttft_seconds_count", ("vllm:time_to_first_token_seconds_count",)),
+    # Speculative decoding (vLLM's counters; absent without a speculative config).
+    ("spec_num_drafts_total", ("vllm:spec_decode_num_drafts_total",)),
+    ("spec_num_draft_tokens_total", ("vllm:spec_decode_num_draft_tokens_total",)),
+    ("spec_num_accepted_tokens_total", ("vllm:spec_decode_num_accepted_tokens_total",)),
 )
+# Accepted draft tokens by position in the draft (label `position`), summed over engines.
+_SPEC_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
 # Fractions in [0, 1]: several engines' values are combined by max, not summed.
 _FRACTIONS = frozenset({"kv_cache_usage_perc", "prefix_cache_hit_rate"})
 
@@ -65,23 +71,33 @@ class ServerSnapshot:
     prefix_cache_hit_rate: float | None = None
     ttft_seconds_sum: float | None = None
     ttft_seconds_count: float | None = None
+    spec_num_drafts_total: float | None = None
+    spec_num_draft_tokens_total: float | None = None
+    spec_num_accepted_tokens_total: float | None = None
+    spec_accepted_per_pos_total: tuple[float, ...] | None = None
 
 
 def parse_server_metrics(text: str, source: str = "<text>") -> ServerSnapshot:
     """Read a `ServerSnapshot` from Prometheus exposition text (`source` names it in errors)."""
     values: dict[str, list[float]] = {}
+    per_pos: dict[int, float] = {}
     try:
         for family in text_string_to_metric_families(text):
             for sample in family.samples:
                 values.setdefault(sample.name, []).append(float(sample.value))
+                if sample.name == _SPEC_PER_POS and sample.labels.get("position", "").isdigit():
+                    k = int(sample.labels["position"])
+                    per_pos[k] = per_pos.get(k, 0.0) + float(sample.value)
     except ValueError as exc:
         raise ServelabError(f"{source}: not Prometheus text ({exc})") from exc
-    found: dict[str, float] = {}
+    found: dict[str, Any] = {}
     for field_name, names in _SOURCES:
         name = next((n for n in names if n in values), None)
         if name is not None:
             combine = max if field_name in _FRACTIONS else sum
             found[field_name] = float(combine(values[name]))
+    if per_pos:
+        found["spec_accepted_per_pos_total"] = tuple(per_pos.get(k, 0.0) for k in range(max(per_pos) + 1))
     return ServerSnapshot(**found)
 
 
@@ -120,6 +136,43 @@ def _counter_delta(samples: tuple[TimedSnapshot, ...], name: str) -> float | Non
     if not vals or vals[-1] < vals[0]:
         return None
     return vals[-1] - vals[0]
+
+
+@dataclass(frozen=True, slots=True)
+class SpecDecodeStats:
+    """Speculative decoding over a run, from vLLM's counters (deltas between the first and
+    last samples): verification steps that carried drafts (`num_drafts`), draft tokens
+    proposed and accepted, the acceptance rate (accepted / proposed, in %), the mean
+    acceptance length (tokens per verification step: 1 + accepted / drafts) and, per
+    position in the draft, the share of drafts whose token there was accepted (0..1). The
+    figures and their definitions are vllm bench serve's."""
+
+    num_drafts: int
+    draft_tokens: int
+    accepted_tokens: int
+    acceptance_rate_pct: float
+    acceptance_length: float
+    per_position_acceptance: tuple[float, ...]
+
+
+def _spec_decode(samples: tuple[TimedSnapshot, ...]) -> SpecDecodeStats | None:
+    drafts = _counter_delta(samples, "spec_num_drafts_total")
+    proposed = _counter_delta(samples, "spec_num_draft_tokens_total")
+    accepted = _counter_delta(samples, "spec_num_accepted_tokens_total")
+    if drafts is None or proposed is None or accepted is None or proposed <= 0:
+        return None
+    with_pos = [s.snapshot.spec_accepted_per_pos_total for s in samples
+                if s.snapshot.spec_accepted_per_pos_total is not None]
+    per_pos: tuple[float, ...] = ()
+    if drafts > 0 and with_pos:
+        first, last = with_pos[0], with_pos[-1]
+        per_pos = tuple((last[k] - (first[k] if k < len(first) else 0.0)) / drafts
+                        for k in range(len(last)))
+    return SpecDecodeStats(
+        num_drafts=int(drafts), draft_tokens=int(proposed), accepted_tokens=int(accepted),
+        acceptance_rate_pct=accepted / proposed * 100.0,
+        acceptance_length=1.0 + accepted / drafts if drafts > 0 else 0.0,
+        per_position_acceptance=per_pos)
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,6 +252,11 @@ class ServerSeries:
             return None
         return total / count * 1000.0
 
+    @property
+    def spec_decode(self) -> SpecDecodeStats | None:
+        """Speculative decoding over the run; None when the server reports none."""
+        return _spec_decode(self.samples)
+
     def to_json_dict(self) -> dict[str, Any]:
         """Summary figures plus the series column by column (one list per field)."""
         names = [f.name for f in fields(ServerSnapshot)]
@@ -218,6 +276,7 @@ class ServerSeries:
             "prompt_tokens_delta": self.prompt_tokens_delta,
             "generation_tokens_delta": self.generation_tokens_delta,
             "mean_server_ttft_ms": self.mean_server_ttft_ms,
+            "spec_decode": asdict(sd) if (sd := self.spec_decode) is not None else None,
             "series": {
                 "t_s": [s.t_s for s in self.samples],
                 **{n: [getattr(s.snapshot, n) for s in self.samples] for n in names},
@@ -232,6 +291,8 @@ class ServerSeries:
         cols = data.get("series") or {}
         times = cols.get("t_s") or []
         column = {f.name: cols.get(f.name) or [None] * len(times) for f in fields(ServerSnapshot)}
+        column["spec_accepted_per_pos_total"] = [  # JSON keeps tuples as lists
+            tuple(v) if v is not None else None for v in column["spec_accepted_per_pos_total"]]
         samples = tuple(TimedSnapshot(t_s=t, snapshot=ServerSnapshot(**{n: c[i] for n, c in column.items()}))
                         for i, t in enumerate(times))
         return cls(url=data["url"], available=data["available"], reason=data.get("reason"),
