@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from servelab.workload.arrivals import ArrivalOptions, arrival_times_s, fresh_seed, rates_rps
+from servelab.workload.arrivals import ArrivalOptions, arrival_times_s, rates_rps
 
 
 @pytest.mark.parametrize("burstiness, seed", [(0.5, 11), (1.0, 12), (4.0, 13)])
@@ -95,9 +95,3 @@ def test_bad_options_are_rejected(kwargs: dict, needle: str) -> None:
     with pytest.raises(ValidationError) as info:
         ArrivalOptions(**kwargs)
     assert needle in str(info.value)
-
-
-def test_fresh_seeds_are_ints_and_vary() -> None:
-    seeds = {fresh_seed() for _ in range(20)}
-    assert all(isinstance(s, int) and 0 <= s < 2**31 for s in seeds)
-    assert len(seeds) > 1
