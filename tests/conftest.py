@@ -42,7 +42,12 @@ class TokenServerHandle:
 
 def start_token_server(**options: object) -> TokenServerHandle:
     """Start a token server process with `options` (flag names with underscores)."""
-    args = [sys.executable, "-m", "servelab.testing.token_server", "--port", "0"]
+    return start_token_server_on(0, **options)
+
+
+def start_token_server_on(port: int, **options: object) -> TokenServerHandle:
+    """Start a token server process on `port` (0: a free one) with `options`."""
+    args = [sys.executable, "-m", "servelab.testing.token_server", "--port", str(port)]
     for key, value in sorted(options.items()):
         args += ["--" + key.replace("_", "-"), str(value)]
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True, start_new_session=True)

@@ -239,7 +239,9 @@ def test_acceptance_sharegpt_line(sim_server: str, servelab_cli, tmp_path: Path)
     proc = servelab_cli("bench", *cmd, cwd=tmp_path, timeout=240)
     assert proc.returncode == 0, proc.stderr
     r = json.loads((tmp_path / "result.json").read_text())
-    assert VLLM_KEYS | {f"{s}_client_queue_time_ms" for s in ("mean", "median", "std", "p99")} <= set(r)
+    assert VLLM_KEYS <= set(r)
+    # vLLM reports client-queue statistics only when --percentile-metrics names them.
+    assert "mean_client_queue_time_ms" not in r and "Client-side Queueing" not in proc.stdout
     assert (r["completed"], r["request_rate"], r["max_concurrency"]) == (100, 10.0, 10)
     rows = parse_vllm_console(proc.stdout)
     assert rows["Successful requests:"] == 100
@@ -281,3 +283,50 @@ def test_acceptance_wrong_model_fails_fast_with_the_servers_message(
     assert "The model `google/gemma-4-31B-it` does not exist." in proc.stderr
     assert "Starting main benchmark run" not in proc.stderr  # nothing but the test was sent
     assert "Traceback" not in proc.stderr
+
+
+def test_queue_metrics_when_named_and_vllms_file_name(token_server, servelab_cli,
+                                                       tmp_path: Path) -> None:
+    srv = token_server(itl_ms=1)
+    proc = servelab_cli("bench", "--base-url", srv.url, "--model", "org/M", "--num-prompts", "6",
+                        "--random-input-len", "8", "--random-output-len", "4", "--request-rate",
+                        "50", "--max-concurrency", "2", "--percentile-metrics",
+                        "ttft,client_queue_time,e2el_including_client_queue", "--save-result",
+                        "--result-dir", str(tmp_path), "--disable-tqdm")
+    assert proc.returncode == 0, proc.stderr
+    (path,) = tmp_path.glob("*.json")
+    assert re.fullmatch(r"openai-50\.0qps-concurrency2-M-\d{8}-\d{6}\.json", path.name)
+    r = json.loads(path.read_text())
+    assert {"mean_client_queue_time_ms", "p99_e2el_including_client_queue_ms"} <= set(r)
+    assert "mean_tpot_ms" not in r
+    assert "Client-side Queueing" in proc.stdout and "Queue-inclusive End-to-end Latency" in proc.stdout
+
+
+def test_ready_check_waits_for_a_server_that_is_still_starting(tmp_path: Path) -> None:
+    from conftest import start_token_server_on, stop_process
+
+    from servelab.testing.ports import free_port_base
+
+    port = free_port_base()
+    bench = subprocess.Popen(
+        [sys.executable, "-m", "servelab", *small_bench(f"http://127.0.0.1:{port}", tmp_path,
+                                                        "--ready-check-timeout-sec", "60")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        # The client must be refused at least once before the server exists.
+        assert bench.stderr is not None
+        first = bench.stderr.readline()
+        while "retrying" not in first:
+            first = bench.stderr.readline()
+            assert first, "bench ended without retrying"
+        server = start_token_server_on(port, itl_ms=1)
+        try:
+            out, err = bench.communicate(timeout=120)
+        finally:
+            stop_process(server.proc)
+    finally:
+        if bench.poll() is None:
+            os.killpg(bench.pid, signal.SIGKILL)
+    assert bench.returncode == 0, err
+    assert "connection refused; retrying" in first
+    assert json.loads((tmp_path / "r.json").read_text())["completed"] == 8

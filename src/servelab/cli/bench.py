@@ -99,13 +99,25 @@ def _target(base_url: str | None, host: str, port: int, endpoint: str | None, ba
                         api_key=api_key or os.environ.get("OPENAI_API_KEY") or None)
 
 
+def _rps_word(rps: float | None) -> str:
+    # vLLM's ramp-up rates are ints ("20"); servelab's may be fractional ("20.5").
+    return f"{rps:g}" if rps is not None else "None"
+
+
 def _result_path(result_dir: Path | None, filename: str | None, run: RunInfo) -> Path:
+    """vLLM's result file name unless one is given: `{label}-{rate}qps[-concurrencyN]-
+    {model}-{date}.json` (the rate as Python prints a float: "10.0", "inf"), or with a
+    ramp-up `{label}-ramp-up-{strategy}-{start}qps-{end}qps[-concurrencyN]-{model}-
+    {date}.json` (whole rates as ints, as vLLM's int flags print)."""
     if filename is None:
-        rate = "inf" if math.isinf(run.request_rate) else f"{run.request_rate:g}"
-        conc = f"-concurrency{run.max_concurrency}" if run.max_concurrency else ""
-        stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
         label = run.label or run.backend
-        filename = f"{label}-{rate}qps{conc}-{run.model_id.split('/')[-1]}-{stamp}.json"
+        if run.ramp_up_strategy is not None:
+            rate = (f"ramp-up-{run.ramp_up_strategy}-{_rps_word(run.ramp_up_start_rps)}qps-"
+                    f"{_rps_word(run.ramp_up_end_rps)}qps")
+        else:
+            rate = f"{float(run.request_rate)}qps"
+        conc = f"-concurrency{run.max_concurrency}" if run.max_concurrency is not None else ""
+        filename = f"{label}-{rate}{conc}-{run.model_id.split('/')[-1]}-{run.date}.json"
     return (result_dir or Path(".")) / filename
 
 
@@ -196,7 +208,7 @@ def bench(
     if not work.requests:
         raise ServelabError("the workload has no requests")
     for note in work.notes:
-        err.print(f"[yellow]note:[/] {note}", highlight=False, soft_wrap=True)
+        say(f"note: {note}")  # plain: notes quote paths and names verbatim
     forced_eos = dataset.dataset_name in _IGNORE_EOS_DATASETS
     if sampling.temperature is None:
         say("note: no --temperature: the server's default applies (vLLM: the model's "
@@ -210,7 +222,10 @@ def bench(
         request_id_prefix=request_id_prefix if request_id_prefix is not None else f"bench-{uuid.uuid4().hex[:8]}-",
         lora_models=lora_sequence(list(lora_modules or []), lora_assignment, len(work.requests),
                                   np.random.default_rng([seed, 1])),
-        verify_tls=not insecure)
+        verify_tls=not insecure,
+        # Texts only where a figure needs them: --save-detailed's generated_texts, the
+        # history of multi-turn sessions, chat's reasoning tokens.
+        keep_text=save_detailed or work.sessions is not None or target.backend.chat)
     plan = RunPlan(max_concurrency=max_concurrency, num_warmups=num_warmups,
                    processes=num_client_processes, ready_check_timeout_s=float(ready_check_timeout_sec),
                    profile=profile, progress=not no_progress,
@@ -247,7 +262,7 @@ def bench(
     for line in summary_lines(result, title):
         out.print(line, highlight=False, markup=False, soft_wrap=True)
     for line in warnings_for(result):
-        out.print(f"[bold yellow]warning:[/] {line}", highlight=False, soft_wrap=True)
+        out.print(f"warning: {line}", highlight=False, markup=False, soft_wrap=True)
     if json_out:
         sys.stdout.write(json.dumps(data) + "\n")
     if sent.interrupted:

@@ -4,7 +4,7 @@ A flag of vLLM's (0.32 parser) that servelab cannot honour with vLLM's meaning i
 parsed, so a vLLM command line gets one `error:` line naming the flag and why, not click's
 "No such option". `@refused_flags` adds them as hidden options; giving any of them is a
 ServelabError (exit 2). Every other flag of vLLM's is accepted with its meaning
-(tests/test_bench_vllm_flags.py checks the whole list against vLLM's parser).
+(tests/test_bench_vllm_dropin.py checks the whole list against vLLM's parser).
 """
 
 from __future__ import annotations

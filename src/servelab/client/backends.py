@@ -2,7 +2,7 @@
 
 | backend | endpoint | body |
 |---|---|---|
-| `openai` | /v1/completions | prompt, max_tokens, stream, stream_options.include_usage |
+| `openai` | /v1/completions | prompt, max_tokens, repetition_penalty 1.0, stream, stream_options.include_usage |
 | `openai-chat` | /v1/chat/completions | messages, max_completion_tokens, stream, include_usage |
 | `vllm` | /v1/completions | openai's, plus ignore_eos, continuous_usage_stats |
 | `sglang` | /v1/completions | openai's, plus ignore_eos, continuous_usage_stats |
@@ -12,7 +12,8 @@ Sampling parameters are sent only when given (`SamplingParams`, `vllm bench serv
 for vLLM is the model's generation_config (Qwen3: temperature 0.6, top-k 20, top-p 0.95).
 That is what `vllm bench serve` does since it stopped sending temperature 0, and it is not
 free: on one H200, greedy requests ran Qwen3-14B's decode steps ~3.5 % faster than the
-default top-k/top-p sampling (docs/validation/h200x2-2026-11-30).
+default top-k/top-p sampling (docs/validation/h200x2-2026-11-30). One exception, as
+vllm bench serve: completions bodies always carry `repetition_penalty: 1.0`.
 
 `continuous_usage_stats` makes the server put the running `completion_tokens` in every
 chunk, so the client knows how many tokens each chunk carried (see `tally.py`); plain
@@ -103,6 +104,9 @@ class Backend:
         else:
             payload["prompt"] = spec.text
             payload["max_tokens"] = spec.output_len
+            # vllm bench serve's completions requests always carry it, which overrides a
+            # generation_config's penalty; --repetition-penalty / --extra-body replace it.
+            payload["repetition_penalty"] = 1.0
         if sampling is not None:
             payload.update(sampling.fields())
         if self.engine_extras:
@@ -112,12 +116,9 @@ class Backend:
             if ignore_eos:
                 payload["ignore_eos"] = True
             payload["stream_options"] = {"include_usage": True}
-        if logprobs is not None:
-            if self.chat:  # the chat API takes a flag and a count
-                payload["logprobs"] = True
-                payload["top_logprobs"] = logprobs
-            else:
-                payload["logprobs"] = logprobs
+        if logprobs is not None and not self.chat:
+            # As vllm bench serve: completions only (its chat requests never ask for them).
+            payload["logprobs"] = logprobs
         if extra_body:
             payload.update(extra_body)
         return json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode()

@@ -9,9 +9,9 @@ valid" and "here are the records" happens here, in vLLM bench serve's order:
    still starting (connection refused, 502/503/504). Any other failure, such as vLLM's 404
    for a model it does not serve, ends the run before the workload is sent, with the
    server's message, so a misconfigured run sends one request, not thousands;
-3. `--profile`: `POST /start_profile`;
-4. warm-ups, the "before" scrape of `/metrics`, t0, the schedule, scrapes every second,
-   the "after" scrape; then `POST /stop_profile`.
+3. warm-ups; then `--profile`'s `POST /start_profile` and the "before" scrape of
+   `/metrics`; t0, the schedule, scrapes every second, the "after" scrape; then
+   `POST /stop_profile`.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import asyncio
 import dataclasses
 import signal
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -30,7 +30,7 @@ import numpy as np
 from servelab.client.console import LiveProgress
 from servelab.client.sender import ScheduleSender, send_schedule
 from servelab.client.sessions import send_sessions
-from servelab.client.target import TargetConfig, check_reachable
+from servelab.client.target import TargetConfig, check_reachable, tls_connector
 from servelab.client.workers import send_schedule_processes
 from servelab.errors import ServelabError
 from servelab.metrics.gpu import GpuSampler, GpuSeries
@@ -49,7 +49,7 @@ _NOT_READY_KINDS = frozenset({"connect", "http_502", "http_503", "http_504"})
 @dataclass(frozen=True, slots=True)
 class RunPlan:
     """How to send: the concurrency cap, warm-ups, client processes, the ready-check
-    timeout (s; 0 = one attempt, as vLLM's default skips waiting), whether to drive the
+    timeout (s; 0: the test request is sent once and /v1/models asked once, no waiting), whether to drive the
     server's profiler, the progress bar, and whether to sample the local GPUs."""
 
     max_concurrency: int | None
@@ -124,6 +124,23 @@ async def initial_test(target: TargetConfig, spec: RequestSpec, timeout_s: float
         await asyncio.sleep(min(READY_RETRY_S, left))
 
 
+async def _reachable(target: TargetConfig, timeout_s: float, say: Callable[[str], None],
+                     clock: Callable[[], float] = time.perf_counter) -> list[str]:
+    """`GET /v1/models` (the model ids listed), retried every `READY_RETRY_S` for up to
+    `timeout_s` (s) while the server refuses connections: one that is still starting."""
+    deadline = clock() + timeout_s
+    while True:
+        try:
+            return await check_reachable(target.base_url, target.headers(),
+                                         verify_tls=target.verify_tls)
+        except ServelabError as exc:
+            left = deadline - clock()
+            if left <= 0:
+                raise
+            say(f"{exc}; retrying, {left:.0f} s left")
+            await asyncio.sleep(min(READY_RETRY_S, left))
+
+
 async def _server_call(session: aiohttp.ClientSession, url: str, headers: dict[str, str]) -> str | None:
     """POST `url`; None on HTTP 200, else why not (for the profiler endpoints)."""
     try:
@@ -144,30 +161,37 @@ async def bench_run(target: TargetConfig, requests: Sequence[RequestSpec],
     if sessions is not None and plan.processes > 1:
         raise ServelabError("--num-client-processes: multi-turn sessions are sent by one client "
                             "process (each turn waits for the answer before it)")
-    models = await check_reachable(target.base_url, target.headers())
+    models = await _reachable(target, plan.ready_check_timeout_s, say)
     if not target.model:
         if not models:
             raise ServelabError(f"--model not given and {target.base_url}/v1/models lists none")
         target = dataclasses.replace(target, model=models[0])
     say("Starting initial single prompt test run...")
-    await initial_test(target, requests[0], plan.ready_check_timeout_s, say=say)
+    # vLLM's test request asks for the base model, not request 0's LoRA adapter.
+    await initial_test(dataclasses.replace(target, lora_models=()), requests[0],
+                       plan.ready_check_timeout_s, say=say)
     say("Initial test run completed.")
     gpu = GpuSampler(SCRAPE_INTERVAL_S) if plan.sample_gpu else None
     headers = target.headers()
-    async with aiohttp.ClientSession() as session:
-        if plan.profile:
-            why = await _server_call(session, target.base_url + "/start_profile", headers)
-            if why is not None:
-                raise ServelabError(f"--profile: {target.base_url}/start_profile answered {why}; "
-                                    "start vLLM with --profiler-config to enable it")
-            say("Profiler started")
+    async with aiohttp.ClientSession(connector=tls_connector(target.verify_tls)) as session:
         scraper = MetricsScraper(session, target.base_url, SCRAPE_INTERVAL_S)
+
+        async def before_t0() -> None:
+            # After the warm-ups, as vLLM: the profile and the "before" sample leave them out.
+            if plan.profile:
+                why = await _server_call(session, target.base_url + "/start_profile", headers)
+                if why is not None:
+                    raise ServelabError(f"--profile: {target.base_url}/start_profile answered "
+                                        f"{why}; start vLLM with --profiler-config to enable it")
+                say("Profiler started")
+            await scraper.scrape_once()
+
         if gpu is not None:
             gpu.start()
         say("Starting main benchmark run...")
         with LiveProgress(len(requests), plan.progress) as progress:
             records, t0, t_end, interrupted = await _send(target, requests, intended_s, plan,
-                                                          progress, scraper, sessions)
+                                                          progress, scraper, before_t0, sessions)
         # t0 is a perf_counter reading; the wall clock at t0 dates the ramp-up events.
         wall_t0 = datetime.now() - timedelta(seconds=time.perf_counter() - t0)
         if plan.profile:
@@ -181,6 +205,7 @@ async def bench_run(target: TargetConfig, requests: Sequence[RequestSpec],
 
 async def _send(target: TargetConfig, requests: Sequence[RequestSpec], intended: Sequence[float],
                 plan: RunPlan, progress: LiveProgress, scraper: MetricsScraper,
+                before_t0: Callable[[], Awaitable[None]],
                 sessions: Sequence[Session] | None = None) -> tuple[list[RequestRecord], float, float, bool]:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
@@ -203,16 +228,16 @@ async def _send(target: TargetConfig, requests: Sequence[RequestSpec], intended:
         if sessions is not None:
             records = await send_sessions(
                 target, requests, sessions, intended, plan.max_concurrency, plan.num_warmups,
-                progress.update, stop=stop, on_start=on_start, before_t0=scraper.scrape_once)
+                progress.update, stop=stop, on_start=on_start, before_t0=before_t0)
         elif plan.processes > 1:
             records = await send_schedule_processes(
                 target, requests, intended, plan.processes, plan.max_concurrency,
                 plan.num_warmups, progress.update, stop, on_start=on_start,
-                before_t0=scraper.scrape_once)
+                before_t0=before_t0)
         else:
             records = await send_schedule(
                 target, requests, intended, plan.max_concurrency, plan.num_warmups,
-                progress.update, stop=stop, on_start=on_start, before_t0=scraper.scrape_once)
+                progress.update, stop=stop, on_start=on_start, before_t0=before_t0)
     finally:
         loop.remove_signal_handler(signal.SIGINT)
     t_end = time.perf_counter()

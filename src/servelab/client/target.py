@@ -47,7 +47,7 @@ class TargetConfig:
     request_id_prefix: str = ""
     lora_models: tuple[str, ...] = ()
     verify_tls: bool = True
-    keep_text: bool = True
+    keep_text: bool = False
 
     @property
     def url(self) -> str:
@@ -80,14 +80,21 @@ class TargetConfig:
                                  logprobs=self.logprobs, extra_body=self.extra_body)
 
 
-async def check_reachable(target_base_url: str, headers: dict[str, str], timeout_s: float = 10.0) -> list[str]:
+def tls_connector(verify_tls: bool) -> aiohttp.TCPConnector:
+    """aiohttp's connector, verifying certificates unless `--insecure` said not to."""
+    return aiohttp.TCPConnector(ssl=None if verify_tls else False)
+
+
+async def check_reachable(target_base_url: str, headers: dict[str, str], timeout_s: float = 10.0,
+                          verify_tls: bool = True) -> list[str]:
     """GET `/v1/models` and return the model ids it lists ([] when it lists none or is not
     an OpenAI model list; any HTTP answer counts as reachable). Raise ServelabError when the
     connection cannot be made, naming the URL and the reason."""
     url = target_base_url + "/v1/models"
     try:
         async with aiohttp.ClientSession(
-            timeout=aiohttp.ClientTimeout(total=timeout_s), headers=headers
+            timeout=aiohttp.ClientTimeout(total=timeout_s), headers=headers,
+            connector=tls_connector(verify_tls),
         ) as session:
             async with session.get(url) as resp:
                 body = await resp.read()

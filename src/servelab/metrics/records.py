@@ -50,6 +50,12 @@ class RequestRecord:
         return self.error is None and self.ttft_ms is not None
 
     @property
+    def queue_ms(self) -> float:
+        """How long the request waited in the client past its intended send (ms): vLLM's
+        client queue time, the concurrency-slot wait plus the client's scheduling lag."""
+        return max(0.0, (self.send_s - self.intended_send_s) * 1000.0)
+
+    @property
     def sched_lag_ms(self) -> float:
         """How late the client sent this request beyond any concurrency-slot wait (ms)."""
         return max(0.0, (self.send_s - self.intended_send_s) * 1000.0 - self.slot_wait_ms)

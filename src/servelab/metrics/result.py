@@ -28,6 +28,8 @@ __all__ = [
     "LatencyStats",
     "MeasurementTraps",
     "MetricName",
+    "QUEUE_METRIC_NAMES",
+    "QueueMetricName",
     "PercentileValue",
     "RequestDetails",
     "RpsChange",
@@ -41,6 +43,10 @@ __all__ = [
 
 MetricName = Literal["ttft", "tpot", "itl", "e2el"]
 METRIC_NAMES: tuple[MetricName, ...] = ("ttft", "tpot", "itl", "e2el")
+# vLLM's client-queue metrics: reported when named in --percentile-metrics and a
+# concurrency cap was set (the second only at a finite rate too).
+QueueMetricName = Literal["client_queue_time", "e2el_including_client_queue"]
+QUEUE_METRIC_NAMES: tuple[QueueMetricName, ...] = ("client_queue_time", "e2el_including_client_queue")
 
 
 class _Record(BaseModel):
@@ -218,7 +224,7 @@ class BenchResult(_Record):
     client_queue: LatencyStats
     e2el_incl_queue: LatencyStats
     traps: MeasurementTraps
-    percentile_metrics: tuple[MetricName, ...]
+    percentile_metrics: tuple[MetricName | QueueMetricName, ...]
     goodput_slo: GoodputSLO | None
     client: ClientHealth
     details: RequestDetails
@@ -298,14 +304,17 @@ class BenchResult(_Record):
         return out
 
     def queue_metrics(self) -> list[tuple[str, LatencyStats]]:
-        """vLLM's client-queue metrics as (key, stats): the time requests waited in the
-        client (for a --max-concurrency slot, or behind its own schedule) when a cap was
-        set, and E2E latency including it when the rate was finite too."""
+        """vLLM's client-queue metrics as (key, stats), those named in
+        --percentile-metrics: the time requests waited in the client (for a
+        --max-concurrency slot, or behind its own schedule) when a cap was set, and E2E
+        latency including it when the rate was finite too."""
         run = self.run
         if run is None or run.max_concurrency is None:
             return []
-        out = [("client_queue_time", self.client_queue)]
-        if not math.isinf(run.request_rate):
+        out = []
+        if "client_queue_time" in self.percentile_metrics:
+            out.append(("client_queue_time", self.client_queue))
+        if "e2el_including_client_queue" in self.percentile_metrics and not math.isinf(run.request_rate):
             out.append(("e2el_including_client_queue", self.e2el_incl_queue))
         return out
 

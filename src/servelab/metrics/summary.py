@@ -25,6 +25,8 @@ from servelab.metrics.result import (
     LatencyStats,
     MeasurementTraps,
     MetricName,
+    QUEUE_METRIC_NAMES,
+    QueueMetricName,
     PercentileValue,
     RequestDetails,
     SlotWaitStats,
@@ -43,7 +45,7 @@ class SummaryOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    percentile_metrics: tuple[MetricName, ...] = ("ttft", "tpot", "itl")
+    percentile_metrics: tuple[MetricName | QueueMetricName, ...] = ("ttft", "tpot", "itl")
     metric_percentiles: tuple[float, ...] = (99.0,)
     goodput: GoodputSLO | None = None
 
@@ -84,18 +86,17 @@ def parse_goodput(items: list[str]) -> GoodputSLO:
     return GoodputSLO(**{f"{k}_ms": v for k, v in values.items()})
 
 
-def parse_percentile_metrics(text: str) -> tuple[MetricName, ...]:
-    """Parse ``--percentile-metrics ttft,tpot,itl,e2el``."""
+def parse_percentile_metrics(text: str) -> tuple[MetricName | QueueMetricName, ...]:
+    """Parse ``--percentile-metrics ttft,tpot,itl,e2el[,client_queue_time,...]``."""
     names = [part.strip() for part in text.split(",") if part.strip()]
+    known = ", ".join((*METRIC_NAMES, *QUEUE_METRIC_NAMES))
     if not names:
-        raise ServelabError("--percentile-metrics: give at least one of ttft,tpot,itl,e2el")
-    chosen: list[MetricName] = []
+        raise ServelabError(f"--percentile-metrics: give at least one of {known}")
+    chosen: list[MetricName | QueueMetricName] = []
     for name in names:
-        matched = next((m for m in METRIC_NAMES if m == name), None)
+        matched = next((m for m in (*METRIC_NAMES, *QUEUE_METRIC_NAMES) if m == name), None)
         if matched is None:
-            raise ServelabError(
-                f"--percentile-metrics: unknown metric {name!r}; use ttft, tpot, itl, e2el"
-            )
+            raise ServelabError(f"--percentile-metrics: unknown metric {name!r}; use {known}")
         if matched not in chosen:
             chosen.append(matched)
     return tuple(chosen)
@@ -163,20 +164,14 @@ def summarize(
         tpot=_latency_stats(tpots, pct),
         itl=_latency_stats(itls, pct),
         e2el=_latency_stats(e2els, pct),
-        client_queue=_latency_stats([_queue_ms(r) for r in ok], pct),
-        e2el_incl_queue=_latency_stats([_req(r.e2el_ms) + _queue_ms(r) for r in ok], pct),
+        client_queue=_latency_stats([r.queue_ms for r in ok], pct),
+        e2el_incl_queue=_latency_stats([_req(r.e2el_ms) + r.queue_ms for r in ok], pct),
         traps=_traps(ok, pct),
         percentile_metrics=opts.percentile_metrics,
         goodput_slo=opts.goodput,
         client=_client_health(measured),
         details=_details(measured),
     )
-
-
-def _queue_ms(r: RequestRecord) -> float:
-    """How long a request waited in the client past its intended send time (ms): vLLM's
-    client queue time (the concurrency slot wait plus any scheduling lag)."""
-    return max(0.0, (r.send_s - r.intended_send_s) * 1000.0)
 
 
 # Requests whose TPOT is one or two gaps: "short" for the TPOT-skew trap.
@@ -323,7 +318,7 @@ def _details(measured: list[RequestRecord]) -> RequestDetails:
         itls_s=tuple(tuple(g / 1000.0 for g in r.itl_ms) for r in measured),
         latencies_s=tuple((r.e2el_ms or 0.0) / 1000.0 if r.success else 0.0 for r in measured),
         start_times_s=tuple(r.send_s for r in measured),
-        queue_times_s=tuple(max(0.0, r.send_s - r.intended_send_s) for r in measured),
+        queue_times_s=tuple(r.queue_ms / 1000.0 for r in measured),
         generated_texts=tuple(r.generated_text or "" for r in measured),
         errors=tuple(r.error or "" for r in measured),
         error_kinds=tuple(
