@@ -19,12 +19,12 @@ A failed turn ends its session: its later turns are not sent and get records wit
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Awaitable, Callable, Sequence
 
 from servelab.client.sender import PREOPEN_MAX, OnProgress, ScheduleSender, SendStatus
 from servelab.client.target import TargetConfig
-from servelab.errors import ServelabError
 from servelab.metrics.records import RequestRecord
 from servelab.workload.request import ChatMessage, RequestSpec
 from servelab.workload.sessions import Session
@@ -133,8 +133,8 @@ async def send_sessions(
     """
     if len(start_s) != len(sessions):
         raise ValueError("sessions and start_s differ in length")
-    if not target.keep_text:
-        raise ServelabError("multi-turn sessions need the answers' text (TargetConfig.keep_text)")
+    # Later turns carry the answers' text, so the client must keep it, whatever the caller set.
+    target = dataclasses.replace(target, keep_text=True)
     async with ScheduleSender(target, max_concurrency, on_progress, clock) as sender:
         n = len(sessions)
         await sender.preopen(min(max_concurrency or n, n, PREOPEN_MAX))
