@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
+import threading
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -90,6 +92,55 @@ def stop_process(proc: subprocess.Popen[str]) -> None:
         except subprocess.TimeoutExpired:
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+_SIM_LISTENING = re.compile(r"Starting vLLM server on http://127\.0\.0\.1:(\d+)")
+
+
+@dataclass
+class SimServerHandle:
+    """A `servelab sim serve` process, its URL and every line it printed so far."""
+
+    proc: subprocess.Popen[str]
+    url: str
+    lines: list[str]
+
+    def text(self) -> str:
+        return "\n".join(self.lines)
+
+
+def start_sim_server(*args: str) -> SimServerHandle:
+    """Start `servelab sim serve ARGS --port 0` in its own process group; its output is
+    read on a thread (so it never blocks on a full pipe) until it says where it listens."""
+    proc = subprocess.Popen([sys.executable, "-m", "servelab", "sim", "serve", *args, "--port", "0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    lines: list[str] = []
+    ready = threading.Event()
+
+    def pump() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line.rstrip("\n"))
+            if _SIM_LISTENING.search(line):
+                ready.set()
+        ready.set()
+
+    threading.Thread(target=pump, daemon=True).start()
+    ready.wait(180)
+    match = next((m for m in map(_SIM_LISTENING.search, lines) if m), None)
+    if match is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        raise RuntimeError("the simulator server did not start:\n" + "\n".join(lines))
+    return SimServerHandle(proc, f"http://127.0.0.1:{match[1]}", lines)
+
+
+def stop_sim_server(handle: SimServerHandle) -> None:
+    """Kill the server's process group (it was started in its own)."""
+    if handle.proc.poll() is None:
+        os.killpg(handle.proc.pid, signal.SIGKILL)
+        handle.proc.wait()
 
 
 @pytest.fixture(scope="session")

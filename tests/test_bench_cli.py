@@ -146,6 +146,7 @@ def test_sampling_fields_are_sent_only_when_given_and_recorded(token_server, ser
 
 def test_ctrl_c_writes_partial_results(token_server, tmp_path: Path) -> None:
     srv = token_server(ttft_ms=20, itl_ms=20)
+    srv.reset()  # another test may have used this server
     args = bench_args(srv.url, tmp_path, "--request-rate", "20", "--seed", "1", n=400)
     proc = subprocess.Popen([sys.executable, "-m", "servelab", *args], stderr=subprocess.PIPE,
                             stdout=subprocess.PIPE, text=True)
@@ -155,7 +156,8 @@ def test_ctrl_c_writes_partial_results(token_server, tmp_path: Path) -> None:
         while line and not line.startswith("bench:"):
             line = proc.stderr.readline()
         deadline = time.monotonic() + 60
-        while srv.stats()["streams"] < 5 and time.monotonic() < deadline:
+        # The server's streams: the initial test request, then five measured ones.
+        while srv.stats()["streams"] < 6 and time.monotonic() < deadline:
             time.sleep(0.2)
         os.kill(proc.pid, signal.SIGINT)
         out, err = proc.communicate(timeout=60)

@@ -11,20 +11,19 @@ import shutil
 import signal
 import subprocess
 import sys
-import threading
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import typer
+from conftest import start_sim_server, stop_sim_server
 
 from servelab.cli import _register_all, app
 from servelab.cli.bench_refused import REFUSED
 from servelab.workload.sharegpt import packaged_sharegpt_path
 
 DATA = Path(__file__).parent / "data"
-_LISTENING = re.compile(r"Starting vLLM server on http://127\.0\.0\.1:(\d+)")
 # A script that parses vLLM's summary: "Label:   value" lines between the rules.
 _ROW = re.compile(r"^(?P<label>[A-Za-z0-9 ().%/-]+:)\s+(?P<value>-?\d+(?:\.\d+)?)\s*$")
 
@@ -82,7 +81,7 @@ def small_bench(url: str, out: Path, *extra: str, n: int = 8) -> list[str]:
 def test_headers_body_ids_logprobs_and_lora_reach_the_server(token_server, servelab_cli,
                                                              tmp_path: Path) -> None:
     srv = token_server(itl_ms=1)
-    urllib.request.urlopen(urllib.request.Request(srv.url + "/stats/reset", method="POST")).read()
+    srv.reset()
     proc = servelab_cli(*small_bench(
         srv.url, tmp_path, "--header", "x-team=serve", "x-run=7", "--extra-body",
         '{"top_k": 5, "max_tokens": 6}', "--request-id-prefix", "abc-", "--logprobs", "2",
@@ -102,7 +101,7 @@ def test_headers_body_ids_logprobs_and_lora_reach_the_server(token_server, serve
 def test_random_forces_ignore_eos_and_temperature_is_not_sent(token_server, servelab_cli,
                                                                tmp_path: Path) -> None:
     srv = token_server(itl_ms=1, eos_after=3)
-    urllib.request.urlopen(urllib.request.Request(srv.url + "/stats/reset", method="POST")).read()
+    srv.reset()
     proc = servelab_cli(*small_bench(srv.url, tmp_path))
     assert proc.returncode == 0, proc.stderr
     assert "no --temperature" in proc.stderr
@@ -115,7 +114,7 @@ def test_random_forces_ignore_eos_and_temperature_is_not_sent(token_server, serv
 def test_all_requests_failing_exits_1_with_the_first_error(token_server, servelab_cli,
                                                            tmp_path: Path) -> None:
     srv = token_server(itl_ms=1, fail_after=1)
-    urllib.request.urlopen(urllib.request.Request(srv.url + "/stats/reset", method="POST")).read()
+    srv.reset()
     proc = servelab_cli(*small_bench(srv.url, tmp_path))
     assert proc.returncode == 1
     assert "error: all 8 requests failed; the first: http_500" in proc.stderr
@@ -157,11 +156,11 @@ def test_traps_reasoning_multi_token_chunks_and_short_outputs(token_server, serv
     # eos_after=4: 4 tokens per answer, the first 2 reasoning, in chunks of 2.
     assert r["total_output_tokens"] == 48
     assert (traps["reasoning_tokens"], traps["answer_tokens"]) == (24, 24)
-    assert traps["tokens_sharing_a_chunk"] == 24  # 2 chunks of 2 per answer: 2 extra tokens
+    assert traps["tokens_beyond_one_per_chunk"] == 24  # 2 chunks of 2 per answer: 2 extra tokens
     assert traps["short_outputs"] == 12  # asked for 10, got 4, without --ignore-eos
     notes = r["servelab"]["trap_notes"]
     assert any(n.startswith("reasoning model: 24 of 48") for n in notes)
-    assert any("24 of 48 output tokens arrived in a chunk" in n for n in notes)
+    assert any(n.startswith("48 output tokens arrived in 24 chunks") for n in notes)
     assert any(n.startswith("12 of 12 requests stopped before") for n in notes)
     assert "warning: reasoning model" in proc.stdout
 
@@ -169,32 +168,11 @@ def test_traps_reasoning_multi_token_chunks_and_short_outputs(token_server, serv
 @pytest.fixture(scope="module")
 def sim_server() -> Iterator[str]:
     """`servelab sim serve` for Qwen/Qwen3-14B on an H200, 200x faster than real time."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "servelab", "sim", "serve", "--model", "Qwen/Qwen3-14B", "--gpu",
-         "H200", "--port", "0", "--time-scale", "200"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    lines: list[str] = []
-    ready = threading.Event()
-
-    def pump() -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            lines.append(line)
-            if _LISTENING.search(line):
-                ready.set()
-        ready.set()
-
-    threading.Thread(target=pump, daemon=True).start()
-    ready.wait(180)
-    match = next((m for m in map(_LISTENING.search, lines) if m), None)
-    if match is None:
-        os.killpg(proc.pid, signal.SIGKILL)
-        pytest.fail("the simulator server did not start:\n" + "".join(lines))
+    handle = start_sim_server("--model", "Qwen/Qwen3-14B", "--gpu", "H200", "--time-scale", "200")
     try:
-        yield f"http://127.0.0.1:{match[1]}"
+        yield handle.url
     finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+        stop_sim_server(handle)
 
 
 def parse_vllm_console(text: str) -> dict[str, float]:

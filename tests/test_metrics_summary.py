@@ -309,7 +309,7 @@ def test_trap_counts_and_notes_with_known_answers() -> None:
     assert t.short_outputs == 10 and t.short_tpot_requests == 10
     # TPOT: 10 ms x 10 and 300 ms x 10 -> the short ones hold 3000 / 3100 of the sum.
     assert t.short_tpot_share == pytest.approx(3000 / 3100)
-    assert t.tokens_sharing_a_chunk == 10  # 2 tokens in one chunk, ten times
+    assert t.tokens_beyond_one_per_chunk == 10  # 2 tokens in one chunk, ten times
     # First gaps: 10 ms x 10 and 300 ms x 10 -> 155 ms; later gaps are all 10 ms.
     assert (t.mean_first_itl_ms, t.mean_later_itl_ms) == (pytest.approx(155.0), pytest.approx(10.0))
     notes = trap_notes(r)

@@ -8,7 +8,6 @@ compared with the planner's figures; `/metrics` is read with prometheus_client's
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
 import subprocess
@@ -16,9 +15,9 @@ import sys
 import threading
 import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 
 import pytest
+from conftest import SimServerHandle, start_sim_server, stop_sim_server
 from prometheus_client.parser import text_string_to_metric_families
 
 from servelab.engine.logparse import parse_startup_log
@@ -26,48 +25,16 @@ from servelab.metrics.scrape import parse_server_metrics
 
 MODEL, GPU, NAME = "Qwen/Qwen3-0.6B", "H200", "qwen-sim"
 ARGS = ["--model", MODEL, "--gpu", GPU, "--served-model-name", NAME, "--max-model-len", "4096",
-        "--port", "0", "--time-scale", "20", "--stats-interval", "0.2"]
-_LISTENING = re.compile(r"Starting vLLM server on http://127\.0\.0\.1:(\d+)")
-
-
-@dataclass
-class Served:
-    proc: subprocess.Popen[str]
-    url: str
-    lines: list[str] = field(default_factory=list)
-
-    def text(self) -> str:
-        return "\n".join(self.lines)
-
-
-def _pump(proc: subprocess.Popen[str], lines: list[str], ready: threading.Event) -> None:
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        lines.append(line.rstrip("\n"))
-        if _LISTENING.search(line):
-            ready.set()
-    ready.set()
+        "--time-scale", "20", "--stats-interval", "0.2"]
 
 
 @pytest.fixture(scope="module")
-def served() -> Iterator[Served]:
-    proc = subprocess.Popen([sys.executable, "-m", "servelab", "sim", "serve", *ARGS],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
-    lines: list[str] = []
-    ready = threading.Event()
-    threading.Thread(target=_pump, args=(proc, lines, ready), daemon=True).start()
-    ready.wait(120)
-    match = next((m for m in map(_LISTENING.search, lines) if m), None)
-    if match is None:
-        os.killpg(proc.pid, signal.SIGKILL)
-        pytest.fail("the server did not start:\n" + "\n".join(lines))
+def served() -> Iterator[SimServerHandle]:
+    handle = start_sim_server(*ARGS)
     try:
-        yield Served(proc, f"http://127.0.0.1:{match[1]}", lines)
+        yield handle
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        stop_sim_server(handle)
 
 
 def _post(url: str, body: dict[str, object]) -> bytes:
@@ -81,7 +48,7 @@ def _get(url: str) -> str:
         return resp.read().decode()
 
 
-def test_startup_lines_state_the_planners_figures(served: Served) -> None:
+def test_startup_lines_state_the_planners_figures(served: SimServerHandle) -> None:
     from servelab.cli.engine_flags import engine_options
     from servelab.sim.engine import build_engine
 
@@ -100,7 +67,7 @@ def test_startup_lines_state_the_planners_figures(served: Served) -> None:
     assert info.max_concurrency == round(mem.max_concurrency, 2)
 
 
-def test_requests_metrics_and_stats_line(served: Served) -> None:
+def test_requests_metrics_and_stats_line(served: SimServerHandle) -> None:
     models = json.loads(_get(served.url + "/v1/models"))
     assert models["data"][0]["id"] == NAME and models["data"][0]["max_model_len"] == 4096
     prompt = list(range(1000, 1100))
@@ -131,7 +98,7 @@ def test_requests_metrics_and_stats_line(served: Served) -> None:
 
 
 @pytest.mark.parametrize("processes", ["1", "2"])
-def test_bench_server_counters_leave_the_warmups_out(served: Served, tmp_path, processes: str) -> None:
+def test_bench_server_counters_leave_the_warmups_out(served: SimServerHandle, tmp_path, processes: str) -> None:
     # Known answer: 12 measured requests of 8 tokens each; the 4 warm-ups (8 tokens each
     # too) are sent before t0 and must not be in the server-side deltas.
     proc = subprocess.run(
@@ -149,6 +116,6 @@ def test_bench_server_counters_leave_the_warmups_out(served: Served, tmp_path, p
     assert server["prompt_tokens_delta"] == r["total_input_tokens"]
 
 
-def test_sigterm_exits_zero(served: Served) -> None:
+def test_sigterm_exits_zero(served: SimServerHandle) -> None:
     served.proc.send_signal(signal.SIGTERM)
     assert served.proc.wait(timeout=30) == 0

@@ -107,12 +107,7 @@ async def initial_test(target: TargetConfig, spec: RequestSpec, timeout_s: float
     deadline = clock() + timeout_s
     while True:
         async with ScheduleSender(target, 1, clock=clock) as sender:
-            try:
-                rec = await sender.single(spec, tag="test-")
-            except ServelabError:
-                rec = RequestRecord(index=spec.index, prompt_len=spec.prompt_len,
-                                    intended_send_s=0.0, send_s=0.0, error="connection refused",
-                                    error_kind="connect")
+            rec = await sender.single(spec, tag="test-")  # a refused connection: "connect"
         if rec.success:
             return rec
         left = deadline - clock()

@@ -97,6 +97,27 @@ class ScheduleSender:
             for s in requests
         ]
 
+    async def start(self, n: int, warm: Sequence[RequestSpec],
+                    before_t0: Callable[[], Awaitable[object]] | None,
+                    on_start: Callable[[float], None] | None) -> tuple[list[RequestRecord], float]:
+        """Everything before t0, for a run of `n` requests: open the connections (as many
+        as the cap allows), send the warm-ups `warm`, await `before_t0`, take t0 and call
+        `on_start(t0)`. Returns the warm-up records (times relative to t0, so negative)
+        and t0 (s, on the sender's clock); the counters start afresh at t0."""
+        await self.preopen(min(self.max_concurrency or n, n, PREOPEN_MAX))
+        t_warm = self.clock()
+        records = await self.warmup(warm, t_warm) if warm else []
+        if before_t0 is not None:
+            await before_t0()
+        t0 = self.clock()
+        for r in records:
+            r.send_s -= t0 - t_warm
+            r.intended_send_s -= t0 - t_warm
+        self.status = SendStatus()
+        if on_start is not None:
+            on_start(t0)
+        return records, t0
+
     async def single(self, spec: RequestSpec, tag: str = "") -> RequestRecord:
         """Send `spec` now and return its record (times relative to its own send)."""
         body = self.encode([spec], tag)[0]
@@ -304,20 +325,8 @@ async def send_schedule(
     (see the module docstring).
     """
     async with ScheduleSender(target, max_concurrency, on_progress, clock) as sender:
-        n = len(requests)
-        await sender.preopen(min(max_concurrency or n, n, PREOPEN_MAX))
-        warm = warmup_requests(requests, num_warmups)
-        t_warm = clock()
-        records = await sender.warmup(warm, t_warm) if warm else []
         bodies = sender.encode(requests)
-        if before_t0 is not None:
-            await before_t0()
-        t0 = clock()
-        for r in records:  # warm-up times relative to the run's t0 (negative)
-            r.send_s -= t0 - t_warm
-            r.intended_send_s -= t0 - t_warm
-        sender.status = SendStatus()
-        if on_start is not None:
-            on_start(t0)
+        records, t0 = await sender.start(len(requests), warmup_requests(requests, num_warmups),
+                                         before_t0, on_start)
         records.extend(await sender.run(requests, bodies, intended_s, t0, stop))
         return records

@@ -23,7 +23,7 @@ import dataclasses
 import time
 from collections.abc import Awaitable, Callable, Sequence
 
-from servelab.client.sender import PREOPEN_MAX, OnProgress, ScheduleSender, SendStatus
+from servelab.client.sender import OnProgress, ScheduleSender
 from servelab.client.target import TargetConfig
 from servelab.metrics.records import RequestRecord
 from servelab.workload.request import ChatMessage, RequestSpec
@@ -136,21 +136,9 @@ async def send_sessions(
     # Later turns carry the answers' text, so the client must keep it, whatever the caller set.
     target = dataclasses.replace(target, keep_text=True)
     async with ScheduleSender(target, max_concurrency, on_progress, clock) as sender:
-        n = len(sessions)
-        await sender.preopen(min(max_concurrency or n, n, PREOPEN_MAX))
         firsts = [requests[s.turns[0].index] for s in sessions]
-        warm = warmup_requests(firsts, num_warmups)
-        t_warm = clock()
-        records = await sender.warmup(warm, t_warm) if warm else []
-        if before_t0 is not None:
-            await before_t0()
-        t0 = clock()
-        for r in records:  # warm-up times relative to the run's t0 (negative)
-            r.send_s -= t0 - t_warm
-            r.intended_send_s -= t0 - t_warm
-        sender.status = SendStatus()
-        if on_start is not None:
-            on_start(t0)
+        records, t0 = await sender.start(len(sessions), warmup_requests(firsts, num_warmups),
+                                         before_t0, on_start)
         cap = asyncio.Semaphore(max_concurrency) if max_concurrency else None
         run = _SessionRun(sender, requests, t0, cap, stop, sent)
         sinks: list[list[RequestRecord]] = [[] for _ in sessions]

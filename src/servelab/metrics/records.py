@@ -28,7 +28,7 @@ class RequestRecord:
     intended_send_s: float
     send_s: float
     slot_wait_ms: float = 0.0
-    expected_output_len: int = 0
+    expected_output_len: int | None = None  # None: not known (records made by hand)
     output_len: int = 0
     ttft_ms: float | None = None
     itl_ms: list[float] = field(default_factory=list)
@@ -38,12 +38,13 @@ class RequestRecord:
     warmup: bool = False
     # What the answer said (None when the client did not keep texts), how many of its
     # tokens were reasoning (reasoning-only chunks), and how many chunks carried tokens
-    # (fewer than output_len: several tokens per chunk, e.g. speculative decoding).
+    # (fewer than output_len: several tokens per chunk, e.g. speculative decoding; None
+    # where no stream was counted, as in the simulator).
     generated_text: str | None = None
     reasoning_text: str | None = None
     reasoning_tokens: int = 0
     answer_ttft_ms: float | None = None  # to the first answer (non-reasoning) token
-    chunks: int = 0
+    chunks: int | None = None
 
     @property
     def success(self) -> bool:

@@ -121,8 +121,9 @@ class MeasurementTraps(_Record):
     vLLM) vs the rest, and the mean time to the first answer token of requests that
     reasoned. First ITL: each request's first inter-token gap (which can carry the rest of
     a chunked prefill or another request's prefill) vs its later gaps, and ITL without
-    the first gaps. Multi-token chunks: output tokens that arrived in a chunk with others
-    (speculative decoding, stream batching), whose ITLs are the chunk's gap split evenly.
+    the first gaps. Multi-token chunks: output tokens beyond one per chunk (a chunk of k
+    tokens adds k - 1: speculative decoding, stream batching), whose ITLs are the chunk's
+    gap split evenly.
     Short outputs: answers that stopped before the max_tokens asked for. Short TPOT:
     requests with 2 or 3 output tokens, whose TPOT is one or two gaps, and their share of
     the summed TPOT (how much they pull the mean).
@@ -135,7 +136,7 @@ class MeasurementTraps(_Record):
     mean_first_itl_ms: float | None
     mean_later_itl_ms: float | None
     itl_excl_first: LatencyStats
-    tokens_sharing_a_chunk: int
+    tokens_beyond_one_per_chunk: int
     short_outputs: int
     short_tpot_requests: int
     short_tpot_share: float

@@ -195,9 +195,9 @@ def _traps(ok: list[RequestRecord], pct: tuple[float, ...]) -> MeasurementTraps:
         mean_first_itl_ms=float(np.mean(firsts)) if firsts else None,
         mean_later_itl_ms=float(np.mean(later)) if later else None,
         itl_excl_first=_latency_stats(later, pct),
-        # A record's chunks count those that carried tokens (0 when not counted: sim).
-        tokens_sharing_a_chunk=sum(r.output_len - r.chunks for r in ok if r.chunks),
-        short_outputs=sum(1 for r in ok if 0 < r.output_len < r.expected_output_len),
+        tokens_beyond_one_per_chunk=sum(r.output_len - r.chunks for r in ok if r.chunks is not None),
+        short_outputs=sum(1 for r in ok if r.expected_output_len is not None
+                          and r.output_len < r.expected_output_len),
         short_tpot_requests=len(short),
         short_tpot_share=sum(short) / tpot_sum if tpot_sum > 0 else 0.0,
     )

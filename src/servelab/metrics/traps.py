@@ -58,11 +58,12 @@ def trap_notes(result: BenchResult) -> list[str]:
                 f"client TTFT {result.ttft.mean_ms:.1f} ms vs the server's "
                 f"{server:.1f} ms (vllm:time_to_first_token_seconds): {gap:.1f} ms is "
                 "network, HTTP handling, queueing before the engine and tokenisation")
-    if total_out and t.tokens_sharing_a_chunk / total_out > MULTI_TOKEN_SHARE:
+    if total_out and t.tokens_beyond_one_per_chunk / total_out > MULTI_TOKEN_SHARE:
+        chunks = total_out - t.tokens_beyond_one_per_chunk
         notes.append(
-            f"{t.tokens_sharing_a_chunk:,} of {total_out:,} output tokens arrived in a chunk "
-            "with others (speculative decoding or stream batching): their ITLs are the "
-            "chunk's gap split evenly, so ITL percentiles are smoothed")
+            f"{total_out:,} output tokens arrived in {chunks:,} chunks (several tokens per "
+            "chunk: speculative decoding or stream batching): a chunk's ITLs are its gap "
+            "split evenly, so ITL percentiles are smoothed")
     ignore_eos = result.run.ignore_eos if result.run is not None else False
     if t.short_outputs and not ignore_eos:
         notes.append(
