@@ -15,6 +15,7 @@ from typing import Protocol, runtime_checkable
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from servelab.engine.logparse import StartupInfo
+from servelab.speculation import SpeculativeConfig
 
 __all__ = ["ArmLaunch", "EngineLauncher", "RunningEngine", "StartupInfo"]
 
@@ -32,6 +33,7 @@ class ArmLaunch(BaseModel):
     always passed explicitly, so replicas started one after another get equal KV pools.
     ``cache_reset`` asks for a server whose prefix cache can be emptied between runs
     (`RunningEngine.reset_prefix_cache`; vLLM then runs with ``VLLM_SERVER_DEV_MODE=1``).
+    ``speculative`` is rendered by each adapter in its engine's flags.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -51,6 +53,7 @@ class ArmLaunch(BaseModel):
     cache_reset: bool = False
     port_base: int = Field(8000, ge=1, le=65535)
     host: str = "127.0.0.1"
+    speculative: SpeculativeConfig | None = None
 
     @field_validator("name")
     @classmethod

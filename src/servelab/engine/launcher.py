@@ -17,6 +17,7 @@ from servelab.engine.flags import check_flags, flag_names, resolve_flag
 from servelab.engine.process import ReplicaCommand
 from servelab.engine.running import LaunchedEngine, launch
 from servelab.errors import ServelabError
+from servelab.speculation import SpeculativeConfig
 
 __all__ = ["ArmFlags", "CommandLauncher", "gpu_waves"]
 
@@ -78,7 +79,13 @@ class CommandLauncher(ABC):
         if arm.load_format is not None and f.load_format is not None:
             args += [f.load_format, arm.load_format]
         args += ["--host", arm.host, "--port", str(arm.port(replica))]
+        if arm.speculative is not None:
+            args += self.speculative_args(arm.speculative)
         return args + list(arm.extra_args)
+
+    def speculative_args(self, spec: SpeculativeConfig) -> list[str]:
+        """The engine's flags for speculative decoding (engines without it refuse)."""
+        raise ServelabError(f"{self.kind} arms cannot carry `speculative`")
 
     def replica_argv(self, arm: ArmLaunch, replica: int) -> list[str]:
         """The whole command line of one replica."""

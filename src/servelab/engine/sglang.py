@@ -16,6 +16,7 @@ from servelab.engine.adapter import ArmLaunch
 from servelab.engine.flags import cached_help, parse_help_options, run_capture
 from servelab.engine.launcher import ArmFlags, CommandLauncher
 from servelab.errors import ServelabError
+from servelab.speculation import SpeculativeConfig
 
 __all__ = ["SglangLauncher", "SglangRuntime"]
 
@@ -32,7 +33,16 @@ _MANAGED = {
     "--load-format": "load_format",
     "--host": "host",
     "--port": "port_base",
+    "--speculative-algorithm": "speculative",
+    "--speculative-draft-model-path": "speculative",
+    "--speculative-num-steps": "speculative",
+    "--speculative-eagle-topk": "speculative",
+    "--speculative-num-draft-tokens": "speculative",
 }
+# servelab's (vLLM's) method names -> SGLang's --speculative-algorithm; a draft model is
+# SGLang's STANDALONE, DeepSeek-style MTP runs as its EAGLE (NextN) algorithm.
+SGLANG_ALGORITHMS = {"ngram": "NGRAM", "draft_model": "STANDALONE", "eagle": "EAGLE",
+                     "eagle3": "EAGLE3", "mtp": "EAGLE"}
 
 
 @dataclass(frozen=True)
@@ -81,3 +91,23 @@ class SglangLauncher(CommandLauncher):
 
     def replica_env(self, arm: ArmLaunch, replica: int) -> dict[str, str]:
         return {**self.runtime.env, **super().replica_env(arm, replica)}
+
+    def speculative_args(self, spec: SpeculativeConfig) -> list[str]:
+        """SGLang's `--speculative-*` flags: a chain of K draft steps (top-k 1, K + 1 tokens
+        verified); the n-gram proposer takes the draft-token count only. vLLM-only keys
+        (prompt lookup windows, synthetic acceptance, suffix decoding) are refused."""
+        algo = SGLANG_ALGORITHMS.get(spec.method)
+        if algo is None:
+            raise ServelabError(f"speculative method {spec.method} has no SGLang counterpart")
+        vllm_only = [k for k in ("prompt_lookup_min", "prompt_lookup_max", "rejection_sample_method",
+                                 "synthetic_acceptance_rates", "draft_tensor_parallel_size")
+                     if getattr(spec, k) is not None]
+        if vllm_only:
+            raise ServelabError(f"speculative keys {', '.join(vllm_only)} are vLLM's; SGLang has none")
+        k = spec.num_speculative_tokens
+        args = ["--speculative-algorithm", algo, "--speculative-num-draft-tokens", str(k + 1)]
+        if algo != "NGRAM":
+            args += ["--speculative-num-steps", str(k), "--speculative-eagle-topk", "1"]
+        if spec.model is not None:
+            args += ["--speculative-draft-model-path", spec.model]
+        return args

@@ -17,6 +17,7 @@ from servelab.engine.adapter import ArmLaunch
 from servelab.engine.flags import cached_help, parse_help_options, run_capture
 from servelab.engine.launcher import CommandLauncher
 from servelab.errors import ServelabError
+from servelab.speculation import SpeculativeConfig
 
 __all__ = ["VllmLauncher", "VllmRuntime"]
 
@@ -35,6 +36,8 @@ _MANAGED = {
     "--load-format": "load_format",
     "--host": "host",
     "--port": "port_base",
+    "--speculative-config": "speculative",
+    "-sc": "speculative",
 }
 
 
@@ -123,6 +126,10 @@ class VllmLauncher(CommandLauncher):
 
     def command_prefix(self, arm: ArmLaunch) -> list[str]:
         return self.runtime.serve_prefix(arm.model)
+
+    def speculative_args(self, spec: SpeculativeConfig) -> list[str]:
+        """``--speculative-config`` with the arm's keys as compact JSON."""
+        return ["--speculative-config", spec.engine_json()]
 
     def replica_env(self, arm: ArmLaunch, replica: int) -> dict[str, str]:
         env = {**self.runtime.env, **super().replica_env(arm, replica)}

@@ -35,6 +35,8 @@ RESERVED_ARGS: dict[str, str] = {
     "load_format": "engine_defaults.load_format",
     "host": "(set by servelab)",
     "port": "engine_defaults.port_base",
+    "speculative_config": "speculative",
+    "sc": "speculative",
 }
 PLANNER_ARGS = frozenset(EngineArgs.model_fields) - set(RESERVED_ARGS)
 
@@ -172,6 +174,7 @@ def _launch(spec: ExperimentSpec, arm: ArmSpec) -> ArmLaunch:
         env={**d.env, **arm.env},
         gpus=arm.gpus,
         port_base=arm_ports(spec, arm)[0],
+        speculative=arm.speculative,
     )
 
 

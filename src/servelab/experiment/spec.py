@@ -16,6 +16,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from servelab.client.backends import SamplingParams
+from servelab.speculation import SpeculativeConfig
 from servelab.workload.datasets import DatasetOptions
 
 EngineKind = Literal["sim", "vllm", "sglang", "external"]
@@ -86,7 +87,9 @@ class EngineDefaults(_Section):
 class ArmSpec(_Section):
     """One engine configuration. `args` are the engine's own flags as a mapping: keys are
     flag names without dashes, snake_case or kebab-case (``max_num_seqs: 8``); ``true``
-    gives a bare flag, ``false`` its ``--no-`` form, a list repeats the values."""
+    gives a bare flag, ``false`` its ``--no-`` form, a list repeats the values.
+    `speculative` is speculative decoding (vLLM's `--speculative-config` keys; SGLang's
+    `--speculative-*` flags)."""
 
     name: str
     model: str | None = None
@@ -101,6 +104,7 @@ class ArmSpec(_Section):
     gpus: list[int] | None = None
     env: dict[str, str] = {}
     urls: list[str] | None = None
+    speculative: SpeculativeConfig | None = None
 
     @field_validator("name")
     @classmethod

@@ -1,0 +1,140 @@
+"""Speculative decoding: an arm's speculative config, and the acceptance arithmetic every
+consumer shares (the engine adapters render the config, the planner adds the draft's
+memory, the simulator runs verification steps, the report advises K).
+
+Acceptance is given as vLLM counts it: ``acceptance[i]`` is the *unconditional* probability
+that draft position i (0-based) is accepted, i.e. that the first i + 1 draft tokens of a
+proposal all are (vLLM's `spec_decode_num_accepted_tokens_per_pos_total[i] /
+num_drafts_total`; non-increasing). A verification step of one sequence emits its accepted
+draft tokens plus one token the target samples itself, so a proposal of K tokens yields
+1 + sum(acceptance[:K]) tokens on average.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+SpecMethod = Literal["ngram", "draft_model", "eagle", "eagle3", "mtp", "suffix"]
+
+# Methods whose drafts come from a model (a small LM, an EAGLE head, an MTP module), which
+# vLLM loads next to the target; n-gram and suffix decoding draft on the CPU from the text.
+MODEL_METHODS: frozenset[str] = frozenset({"draft_model", "eagle", "eagle3", "mtp"})
+# vLLM 0.25.1 (config/vllm.py) keeps asynchronous scheduling only for EAGLE-type methods
+# (eagle, eagle3, mtp, ...); for the others it logs "Async scheduling not supported with
+# <method>-based speculative decoding and will be disabled."
+ASYNC_METHODS: frozenset[str] = frozenset({"eagle", "eagle3", "mtp"})
+
+# Keys of this record that only servelab reads (the simulator's inputs); the rest are
+# vLLM's `--speculative-config` keys, passed as they are.
+SERVELAB_KEYS = frozenset({"acceptance", "proposal_rate"})
+
+
+class SpeculativeConfig(BaseModel):
+    """An arm's speculative decoding, in vLLM's `--speculative-config` keys.
+
+    `acceptance` (per-position acceptance, see the module doc) and `proposal_rate` (the
+    fraction of a sequence's decode steps that carry a proposal: n-gram drafting proposes
+    only when the text's last n-gram recurs) are the simulator's inputs; a measured cell
+    supplies both (`vllm:spec_decode_*` counters). `rejection_sample_method: synthetic`
+    with `synthetic_acceptance_rates` makes vLLM accept drafts at those rates whatever the
+    draft says (vLLM >= 0.25: how a dummy-weight model measures a realistic acceptance);
+    the simulator then uses those rates.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    method: SpecMethod
+    num_speculative_tokens: int = Field(ge=1, le=32)
+    model: str | None = Field(None, description="draft model, EAGLE head or MTP weights (path or name)")
+    prompt_lookup_min: int | None = Field(None, ge=1)
+    prompt_lookup_max: int | None = Field(None, ge=1)
+    draft_tensor_parallel_size: int | None = Field(None, ge=1)
+    rejection_sample_method: Literal["standard", "synthetic", "block"] | None = None
+    synthetic_acceptance_rates: list[float] | None = None
+    acceptance: list[float] | None = None
+    proposal_rate: float = Field(1.0, gt=0, le=1)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> SpeculativeConfig:
+        if self.method in ("draft_model", "eagle", "eagle3") and self.model is None:
+            raise ValueError(f"method {self.method} needs `model` (the draft's path or name)")
+        if self.method != "ngram" and (self.prompt_lookup_min or self.prompt_lookup_max):
+            raise ValueError("prompt_lookup_min/max apply to method ngram only")
+        lo, hi = self.prompt_lookup_min, self.prompt_lookup_max
+        if lo is not None and hi is not None and lo > hi:
+            raise ValueError(f"prompt_lookup_min {lo} exceeds prompt_lookup_max {hi}")
+        synthetic = self.rejection_sample_method == "synthetic"
+        if synthetic != (self.synthetic_acceptance_rates is not None):
+            raise ValueError("synthetic_acceptance_rates goes with rejection_sample_method: synthetic")
+        for key in ("synthetic_acceptance_rates", "acceptance"):
+            rates = getattr(self, key)
+            if rates is not None:
+                check_rates(rates, self.num_speculative_tokens, key)
+        return self
+
+    def engine_json(self) -> str:
+        """vLLM's `--speculative-config` value: this record less servelab's own keys."""
+        data = self.model_dump(exclude_none=True, exclude=set(SERVELAB_KEYS))
+        return json.dumps(data, separators=(",", ":"))
+
+    @property
+    def uses_draft_model(self) -> bool:
+        return self.method in MODEL_METHODS
+
+    @property
+    def keeps_async_scheduling(self) -> bool:
+        """Whether vLLM 0.25.1 keeps asynchronous scheduling with this method."""
+        return self.method in ASYNC_METHODS
+
+    def rates(self) -> tuple[float, ...] | None:
+        """The per-position acceptance the simulator draws from: the synthetic rates vLLM
+        enforces, else `acceptance`; None when neither is known."""
+        if self.synthetic_acceptance_rates is not None:
+            return tuple(self.synthetic_acceptance_rates)
+        return tuple(self.acceptance) if self.acceptance is not None else None
+
+
+def check_rates(rates: list[float] | tuple[float, ...], k: int, what: str) -> None:
+    """Raise ValueError unless `rates` are K non-increasing probabilities."""
+    if len(rates) != k:
+        raise ValueError(f"{what} has {len(rates)} entries; num_speculative_tokens is {k}")
+    if any(not 0.0 <= r <= 1.0 for r in rates):
+        raise ValueError(f"{what} entries must lie in [0, 1], got {list(rates)}")
+    if any(b > a + 1e-9 for a, b in zip(rates, rates[1:])):
+        raise ValueError(f"{what} must be non-increasing (position i+1 is accepted only after "
+                         f"position i), got {list(rates)}")
+
+
+def parse_rates(text: str, what: str) -> tuple[float, ...]:
+    """``"0.8,0.7,0.6"`` -> (0.8, 0.7, 0.6); ValueError naming `what` on anything else."""
+    try:
+        rates = tuple(float(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise ValueError(f"{what}: {text!r} is not a comma-separated list of numbers") from None
+    if not rates:
+        raise ValueError(f"{what}: give at least one rate")
+    check_rates(rates, len(rates), what)
+    return rates
+
+
+def tokens_per_step(rates: tuple[float, ...] | list[float], k: int | None = None) -> float:
+    """Expected tokens one verification of a K-token proposal emits: 1 + sum of the first K
+    rates (K: all of them)."""
+    use = rates if k is None else rates[:k]
+    return 1.0 + float(sum(use))
+
+
+def accepted_length(rates: tuple[float, ...], u: float) -> int:
+    """Draft tokens accepted in one verification for a uniform draw `u` in [0, 1): the
+    positions whose unconditional rate exceeds `u` (one draw per proposal keeps the
+    positions nested, so P(length >= i + 1) = rates[i] exactly)."""
+    n = 0
+    for r in rates:
+        if u < r:
+            n += 1
+        else:
+            break
+    return n
