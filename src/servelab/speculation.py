@@ -12,10 +12,13 @@ draft tokens plus one token the target samples itself, so a proposal of K tokens
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from servelab.models import ModelGeometry, load_model
 
 SpecMethod = Literal["ngram", "draft_model", "eagle", "eagle3", "mtp", "suffix"]
 
@@ -138,3 +141,21 @@ def accepted_length(rates: tuple[float, ...], u: float) -> int:
         else:
             break
     return n
+
+
+def draft_geometry(spec: SpeculativeConfig, target: ModelGeometry) -> ModelGeometry | None:
+    """The drafter's shape: the draft model's (catalog name, config.json or model
+    directory); for an EAGLE head or MTP module without a readable config, one decoder
+    layer of the target's shape (its embeddings counted: heads that share the target's
+    over-state memory by vocab x hidden x 2 B); None for drafting without a model."""
+    if not spec.uses_draft_model:
+        return None
+    if spec.model is not None:
+        try:
+            return load_model(spec.model)
+        except Exception:  # noqa: BLE001 - any unreadable draft falls to the rule below
+            if spec.method == "draft_model":
+                raise
+    return dataclasses.replace(
+        target, name=f"{target.name} {spec.method} head", layers=1, sliding_layers=(),
+        dense_layers=min(target.dense_layers, 1))

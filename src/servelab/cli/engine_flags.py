@@ -14,12 +14,14 @@ command that echoes them (`sim serve`) or may not need an engine (`sim calibrate
 from __future__ import annotations
 
 import inspect
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Optional
 
 import typer
+from pydantic import ValidationError
 
 from servelab.cli.flags import extend_signature
 from servelab.errors import ServelabError
@@ -27,6 +29,7 @@ from servelab.plan.args import VLLM_DEFAULT_GPU_MEMORY_UTILIZATION
 from servelab.sim.cost import Calibration
 from servelab.sim.kernel_profile import KernelProfile
 from servelab.sim.setup import SimOptions
+from servelab.speculation import SpeculativeConfig, parse_rates
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +53,8 @@ class EngineFlags:
     calibration: Path | None = None
     async_scheduling: bool = True
     profile: Path | None = None
+    speculative_config: str | None = None  # vLLM's --speculative-config JSON
+    spec_acceptance: str | None = None  # per-position acceptance, "0.8,0.7,..."
 
     def options(self) -> SimOptions:
         """Validate into `SimOptions` (ServelabError names a bad flag)."""
@@ -64,10 +69,10 @@ def engine_options(*, model: str, gpu: str, quantization: str | None, max_num_se
                    tensor_parallel_size: int, pipeline_parallel_size: int,
                    block_size: int | None, kv_cache_dtype: str | None, replicas: int,
                    router_policy: str, calibration: Path | None,
-                   async_scheduling: bool = True, profile: Path | None = None) -> SimOptions:
+                   async_scheduling: bool = True, profile: Path | None = None,
+                   speculative_config: str | None = None,
+                   spec_acceptance: str | None = None) -> SimOptions:
     """Validate the engine flags into `SimOptions` (ServelabError names a bad flag)."""
-    from pydantic import ValidationError
-
     from servelab.plan import EngineArgs
 
     if replicas < 1:
@@ -98,9 +103,37 @@ def engine_options(*, model: str, gpu: str, quantization: str | None, max_num_se
         raise ServelabError(f"--router-policy {router_policy!r}: choose one of {', '.join(POLICY_NAMES)}")
     cal = Calibration.load(calibration) if calibration is not None else None
     prof = KernelProfile.load(profile) if profile is not None else None
+    speculative = speculative_options(speculative_config, spec_acceptance)
     return SimOptions(model=model, gpu=gpu, quantization=quantization, engine_args=args,
                       replicas=replicas, router_policy=router_policy, calibration=cal,
-                      async_scheduling=async_scheduling, profile=prof)
+                      async_scheduling=async_scheduling, profile=prof, speculative=speculative)
+
+
+def speculative_options(config_json: str | None, acceptance: str | None) -> SpeculativeConfig | None:
+    """--speculative-config (vLLM's JSON) with --spec-acceptance merged in as `acceptance`."""
+    if config_json is None:
+        if acceptance is not None:
+            raise ServelabError("--spec-acceptance needs --speculative-config")
+        return None
+    try:
+        data = json.loads(config_json)
+    except json.JSONDecodeError as exc:
+        raise ServelabError(f"--speculative-config: not JSON ({exc.msg} at column {exc.colno})") from None
+    if not isinstance(data, dict):
+        raise ServelabError("--speculative-config: give a JSON object, e.g. "
+                            '\'{"method": "ngram", "num_speculative_tokens": 4}\'')
+    if acceptance is not None:
+        try:
+            data["acceptance"] = list(parse_rates(acceptance, "--spec-acceptance"))
+        except ValueError as exc:
+            raise ServelabError(str(exc)) from None
+    try:
+        return SpeculativeConfig.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"])
+        flag = "--spec-acceptance" if err["loc"] and err["loc"][0] == "acceptance" else "--speculative-config"
+        raise ServelabError(f"{flag}: {where + ': ' if where else ''}{err['msg']}") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +180,10 @@ _FLAGS = (
           "Kernel profile JSON from `servelab sim profile` (default: the one servelab ships for the GPU, else its datasheet)."),
     _Flag("async_scheduling", bool, True, ("--async-scheduling/--no-async-scheduling",),
           "vLLM's async scheduling (its default): a request reaching a busy engine joins the step after next."),
+    _Flag("speculative_config", Optional[str], None, ("--speculative-config",),
+          "vLLM's speculative decoding JSON, e.g. '{{\"method\": \"ngram\", \"num_speculative_tokens\": 4}}'."),
+    _Flag("spec_acceptance", Optional[str], None, ("--spec-acceptance",),
+          "Per-position acceptance for --speculative-config, e.g. 0.8,0.7,0.6,0.5 (one per draft token)."),
 )
 ENGINE_FLAG_NAMES = tuple(f.name for f in _FLAGS)
 _FLEET = ("replicas", "router_policy")

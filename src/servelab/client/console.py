@@ -129,7 +129,7 @@ def summary_lines(result: BenchResult, title: str = " Serving Benchmark Result "
             _latency_block(lines, metric, result.latency(metric))
     for key, stats in result.queue_metrics():
         _latency_block(lines, key, stats)
-    sd = result.server.spec_decode if result.server is not None else None
+    sd = result.spec_decode
     if sd is not None:
         lines.append(_header("Speculative Decoding", "-"))
         lines.append(_row("Acceptance rate (%):", sd.acceptance_rate_pct))

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from servelab.engine.adapter import ArmLaunch
 from servelab.engine.launcher import ArmFlags, CommandLauncher
+from servelab.speculation import SpeculativeConfig
 
 __all__ = ["SimLauncher"]
 
@@ -29,6 +30,8 @@ _MANAGED = {
     "--gpu-memory-utilization": "gpu_memory_utilization",
     "--host": "host",
     "--port": "port_base",
+    "--speculative-config": "speculative",
+    "--spec-acceptance": "speculative",
 }
 
 
@@ -73,3 +76,11 @@ class SimLauncher(CommandLauncher):
     def replica_env(self, arm: ArmLaunch, replica: int) -> dict[str, str]:
         # A simulated GPU needs no CUDA_VISIBLE_DEVICES.
         return {**self.env, **arm.env}
+
+    def speculative_args(self, spec: SpeculativeConfig) -> list[str]:
+        """vLLM's JSON and the acceptance the simulator draws from (`rates()`)."""
+        args = ["--speculative-config", spec.engine_json()]
+        rates = spec.rates()
+        if spec.acceptance is not None and rates is not None:
+            args += ["--spec-acceptance", ",".join(repr(r) for r in rates)]
+        return args

@@ -17,7 +17,7 @@ from servelab import __version__
 from servelab.errors import ServelabError
 from servelab.metrics.gpu import GpuSeries
 from servelab.metrics.result_file import load_result, load_results, write_result
-from servelab.metrics.scrape import ServerSeries
+from servelab.metrics.scrape import ServerSeries, SpecDecodeStats
 
 __all__ = [
     "METRIC_NAMES",
@@ -233,6 +233,15 @@ class BenchResult(_Record):
     run: RunInfo | None = None
     server: ServerSeries | None = None
     gpu: GpuSeries | None = None
+    engine_spec_decode: SpecDecodeStats | None = None  # an in-process engine's own counters
+
+    @property
+    def spec_decode(self) -> SpecDecodeStats | None:
+        """Speculative decoding over the run: the server's counters (scraped), else those
+        an in-process engine (the offline simulator) reported; None without drafts."""
+        if self.server is not None and self.server.spec_decode is not None:
+            return self.server.spec_decode
+        return self.engine_spec_decode
 
     def latency(self, metric: MetricName) -> LatencyStats:
         """The stats of one latency metric by name."""
@@ -288,7 +297,7 @@ class BenchResult(_Record):
         out["rtfx"] = 0.0  # vLLM's audio figure: no audio here
         if self.run is not None and self.run.rps_change_events:
             out["rps_change_events"] = [e.model_dump() for e in self.run.rps_change_events]
-        sd = self.server.spec_decode if self.server is not None else None
+        sd = self.spec_decode
         if sd is not None:  # vLLM's keys, in vLLM's order
             out["spec_decode_acceptance_rate"] = sd.acceptance_rate_pct
             out["spec_decode_acceptance_length"] = sd.acceptance_length

@@ -164,10 +164,18 @@ def _spec_decode(samples: tuple[TimedSnapshot, ...]) -> SpecDecodeStats | None:
     with_pos = [s.snapshot.spec_accepted_per_pos_total for s in samples
                 if s.snapshot.spec_accepted_per_pos_total is not None]
     per_pos: tuple[float, ...] = ()
-    if drafts > 0 and with_pos:
+    if with_pos:
         first, last = with_pos[0], with_pos[-1]
-        per_pos = tuple((last[k] - (first[k] if k < len(first) else 0.0)) / drafts
-                        for k in range(len(last)))
+        per_pos = tuple(last[k] - (first[k] if k < len(first) else 0.0) for k in range(len(last)))
+    return spec_decode_stats(drafts, proposed, accepted, per_pos)
+
+
+def spec_decode_stats(drafts: float, proposed: float, accepted: float,
+                      accepted_per_pos: tuple[float, ...]) -> SpecDecodeStats | None:
+    """`SpecDecodeStats` from counter deltas over a run (None when nothing was drafted)."""
+    if proposed <= 0:
+        return None
+    per_pos = tuple(a / drafts for a in accepted_per_pos) if drafts > 0 else ()
     return SpecDecodeStats(
         num_drafts=int(drafts), draft_tokens=int(proposed), accepted_tokens=int(accepted),
         acceptance_rate_pct=accepted / proposed * 100.0,

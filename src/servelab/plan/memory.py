@@ -66,6 +66,8 @@ class MemoryPlan(BaseModel):
     max_concurrency: float
     fits: bool
     reason: str
+    draft_weights_gib: float = 0.0
+    draft_kv_bytes_per_token_per_gpu: int = 0
 
 
 def kv_tokens_from_available(model: ModelGeometry, args: EngineArgs, available_gib: float) -> int:
@@ -133,17 +135,27 @@ def cuda_graph_bytes(model: ModelGeometry, args: EngineArgs, max_num_seqs: int) 
     return int((GRAPH_BASE_GIB + GRAPH_PER_SIZE_LAYER_GIB * sizes * layers) * GIB)
 
 
-def plan_memory(model: ModelGeometry, gpu: GPUSpec, args: EngineArgs) -> MemoryPlan:
-    """The memory plan of one GPU for `model` on `gpu` with `args` (see module docstring)."""
+def plan_memory(model: ModelGeometry, gpu: GPUSpec, args: EngineArgs,
+                draft: ModelGeometry | None = None) -> MemoryPlan:
+    """The memory plan of one GPU for `model` on `gpu` with `args` (see module docstring).
+
+    `draft`: a speculative drafter vLLM loads next to the model (draft model, EAGLE head);
+    its weights come out of the budget and its layers' KV joins every block (vLLM keeps
+    the drafter's KV in the same paged pool, one block table for both), so each token
+    costs the sum of both models' KV bytes."""
     limits = resolve_limits(model, gpu, args)
     tp, pp = args.tensor_parallel_size, args.pipeline_parallel_size
     cuda_total = gpu.cuda_total_bytes
     budget = math.ceil(cuda_total * args.gpu_memory_utilization)
     weights = loaded_weights_bytes(model, args)
+    draft_weights = loaded_weights_bytes(draft, args) if draft is not None else 0
+    weights += draft_weights
     act = activation_bytes(model, args, limits.max_num_batched_tokens, limits.max_num_seqs)
     non_torch = NON_TORCH_GIB * GIB + (MULTI_GPU_NON_TORCH_GIB * GIB if tp * pp > 1 else 0)
     available = max(budget - weights - act - non_torch, 0.0)
-    per_token_gpu = kv_bytes_per_token_per_gpu(model, args.kv_cache_dtype, tp, pp)
+    draft_kv = (kv_bytes_per_token_per_gpu(draft, args.kv_cache_dtype, tp, pp)
+                if draft is not None else 0)
+    per_token_gpu = kv_bytes_per_token_per_gpu(model, args.kv_cache_dtype, tp, pp) + draft_kv
     blocks = int(available // (per_token_gpu * args.block_size))
     tokens = blocks * args.block_size
     if model.sliding_layers:
@@ -168,7 +180,8 @@ def plan_memory(model: ModelGeometry, gpu: GPUSpec, args: EngineArgs) -> MemoryP
         kv_bytes_per_token_per_gpu=per_token_gpu, block_size=args.block_size,
         num_gpu_blocks=blocks, kv_cache_tokens=tokens, max_model_len=limits.max_model_len,
         max_num_seqs=limits.max_num_seqs, max_num_batched_tokens=limits.max_num_batched_tokens,
-        max_concurrency=concurrency, fits=fits, reason=reason)
+        max_concurrency=concurrency, fits=fits, reason=reason,
+        draft_weights_gib=draft_weights / GIB, draft_kv_bytes_per_token_per_gpu=draft_kv)
 
 
 def parallelism_error(model: ModelGeometry, tp: int, pp: int) -> str | None:

@@ -20,6 +20,17 @@ step = PP x (GPU time of one stage x `gpu_time_scale`) + (PP - 1) activation hop
   requests one at a time (a burst of long prompts queues there before the engine) and
   spends `frontend_us_per_output_token` on every token it streams (tokens reach the client
   when it has streamed them, in turn with intake).
+- without asynchronous scheduling (`--no-async-scheduling`, and vLLM's n-gram and
+  draft-model speculation) the CPU's part of a step no longer overlaps the GPU's:
+  `sync_step_overhead_ms` + `sync_per_seq_us` x sequences are added to every step;
+- speculative decoding (`SpecCost`): the target verifies 1 + draft tokens per decoding
+  sequence in one forward (GEMM and logit rows grow with the drafts, weight reads do not),
+  on a full CUDA graph only when every sequence carries a whole draft (vLLM's uniform
+  decode batch; any other batch replays piecewise graphs), then a draft model or EAGLE
+  head runs its K forwards in the same step: the first over the step's tokens, the
+  others over one token per sequence, on piecewise graphs (vLLM captures no full graph
+  for drafters). N-gram lookup runs on the CPU and is left out (well under 0.1 ms a step
+  at 64 sequences of 1k tokens: one linear scan per sequence).
 """
 
 from __future__ import annotations
@@ -53,6 +64,8 @@ class StepCounts(Protocol):
     prefill_tokens: int
     prefill_context_tokens: int
     prefill_seqs: int
+    draft_tokens: int
+    drafting_seqs: int
 
 
 class CostModel(Protocol):
@@ -88,6 +101,10 @@ class Calibration(BaseModel):
         "API-server time per prompt token (tokenising), one request at a time per replica"))
     frontend_us_per_output_token: float = Field(0.0, ge=0, description=(
         "API-server time per streamed token (detokenise, SSE), in the same queue as intake"))
+    sync_step_overhead_ms: float = Field(0.0, ge=0, description=(
+        "CPU time per step that synchronous scheduling exposes (schedule, inputs, outputs)"))
+    sync_per_seq_us: float = Field(0.0, ge=0, description=(
+        "the same per scheduled sequence"))
     fitted_on: tuple[str, ...] = ()
     fit_error_pct: dict[str, float] = Field(default_factory=dict)
     held_out_error_pct: dict[str, float] = Field(default_factory=dict)
@@ -156,18 +173,30 @@ def kernel_times(gpu: GPUSpec, profile: KernelProfile | None) -> KernelTimes:
     return ProfiledKernels(prof, gpu, datasheet)
 
 
+@dataclass(frozen=True, slots=True)
+class SpecCost:
+    """What speculative decoding adds to a step's price: K draft tokens per sequence and,
+    for model-based drafting, the drafter's kernels (None: n-gram, on the CPU)."""
+
+    num_speculative_tokens: int
+    drafter: OperatorModel | None
+
+
 class OperatorCostModel:
     """Prices a step for the engine: `OperatorModel` on one GPU + the `Calibration` residual."""
 
     def __init__(self, model: ModelGeometry, gpu: GPUSpec, args: EngineArgs, cal: Calibration,
-                 kernels: KernelTimes) -> None:
+                 kernels: KernelTimes, spec: SpecCost | None = None,
+                 async_scheduling: bool = True) -> None:
         self.calibration = cal
         self.ops = OperatorModel(model, gpu, args, kernels)
         self.pp = args.pipeline_parallel_size
+        self.spec = spec
         self._scale = cal.gpu_time_scale
         self._launch_s = cal.launch_us * 1e-6
-        self._step_s = cal.step_overhead_ms * 1e-3
-        self._seq_s = cal.per_seq_us * 1e-6
+        sync = not async_scheduling
+        self._step_s = (cal.step_overhead_ms + (cal.sync_step_overhead_ms if sync else 0.0)) * 1e-3
+        self._seq_s = (cal.per_seq_us + (cal.sync_per_seq_us if sync else 0.0)) * 1e-6
         self._ptok_s = cal.per_prefill_token_us * 1e-6
         # one stage's activations to the next: M x hidden bf16 over the link
         link = gpu.interconnect
@@ -180,11 +209,36 @@ class OperatorCostModel:
         return self.ops.describe()
 
     def parts(self, shape: StepCounts) -> StepParts:
+        spec = self.spec
+        if spec is None:
+            return self.ops.parts(shape.decode_seqs, shape.decode_context_tokens, shape.prefill_tokens,
+                                  shape.prefill_context_tokens, shape.prefill_seqs)
+        uniform = (shape.prefill_tokens == 0 and shape.drafting_seqs == shape.decode_seqs
+                   and shape.draft_tokens == spec.num_speculative_tokens * shape.decode_seqs)
         return self.ops.parts(shape.decode_seqs, shape.decode_context_tokens, shape.prefill_tokens,
-                              shape.prefill_context_tokens, shape.prefill_seqs)
+                              shape.prefill_context_tokens, shape.prefill_seqs,
+                              draft_tokens=shape.draft_tokens, piecewise=not uniform)
 
     def _stage_s(self, parts: StepParts) -> float:
         return max(parts.total_s * self._scale, parts.launches * self._launch_s)
+
+    def draft_s(self, shape: StepCounts) -> float:
+        """Seconds the drafter adds to a step (0 without a drafter): its first forward
+        over the step's tokens, then K - 1 forwards of one token per sequence."""
+        spec = self.spec
+        if spec is None or spec.drafter is None:
+            return 0.0
+        d = spec.drafter
+        seqs = shape.decode_seqs + shape.prefill_seqs
+        first = d.parts(shape.decode_seqs, shape.decode_context_tokens, shape.prefill_tokens,
+                        shape.prefill_context_tokens, shape.prefill_seqs,
+                        draft_tokens=shape.draft_tokens, piecewise=True)
+        t = self._stage_s(first)
+        if spec.num_speculative_tokens > 1:
+            ctx = shape.decode_context_tokens + shape.prefill_tokens
+            rest = d.parts(seqs, ctx, 0, 0, 0, piecewise=True)
+            t += (spec.num_speculative_tokens - 1) * self._stage_s(rest)
+        return t
 
     def step_duration_s(self, shape: StepCounts) -> float:
         """Seconds one step takes (kernels x scale per stage, micro-batches through the
@@ -192,7 +246,7 @@ class OperatorCostModel:
         seqs = shape.decode_seqs + shape.prefill_seqs
         tokens = shape.decode_seqs + shape.prefill_tokens
         if self.pp == 1:
-            gpu = self._stage_s(self.parts(shape))
+            gpu = self._stage_s(self.parts(shape)) + self.draft_s(shape)
         else:
             k = max(1, min(self.pp, seqs))
             micro = self.ops.parts(-(-shape.decode_seqs // k), shape.decode_context_tokens // k,

@@ -12,6 +12,11 @@ reaches a busy engine while step k runs therefore misses step k+1 (already sched
 joins step k+2; an idle engine schedules it at once. The engine keeps such requests in an
 inbox for one step (`_inbox` -> `_held` -> the scheduler). Tokens still leave at their
 step's end: the output of step k is processed while step k+1 runs (docs/simulator.md).
+
+Speculative decoding (`SimConfig` with a `SpecDecoder`): before a step's tokens are applied
+the decoder says how many of each draft were accepted; after, it drafts for every request
+that continues (`servelab.sim.speculative`). A request then receives 1 + accepted tokens
+in one event, as vLLM streams them in one chunk.
 """
 
 from __future__ import annotations
@@ -25,11 +30,15 @@ from servelab.sim.cost import (
     Calibration,
     CostModel,
     OperatorCostModel,
+    SpecCost,
     default_calibration,
     kernel_times,
 )
 from servelab.sim.kernel_profile import KernelProfile
 from servelab.sim.scheduler import SchedRequest, ScheduledStep, Scheduler, SchedulerLimits
+from servelab.sim.operators import OperatorModel
+from servelab.sim.speculative import SpecCounters, SpecDecoder
+from servelab.speculation import SpeculativeConfig, draft_geometry
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +92,7 @@ class EngineStats:
     generation_tokens_total: int
     num_gpu_blocks: int
     block_size: int
+    spec_decode: SpecCounters | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +108,8 @@ class SimConfig:
     enable_chunked_prefill: bool = True
     async_scheduling: bool = True  # vLLM's --async-scheduling (its default)
     memory: Any = None  # the planner's MemoryPlan, for vLLM-style startup lines
+    speculative: SpeculativeConfig | None = None  # with per-position rates (build_engine checks)
+    seed: int = 0  # the engine's own random stream (acceptance draws)
 
 
 class RequestRejected(ServelabError):
@@ -140,6 +152,9 @@ class SimEngine:
         self._held: list[SchedRequest] = []
         self._prompt_tokens_total = 0
         self._generation_tokens_total = 0
+        spec = config.speculative
+        self.spec = (SpecDecoder(spec, spec.rates() or (), config.seed)
+                     if spec is not None else None)
 
     def add_request(self, req: SimRequest) -> None:
         """Queue a request; raises `RequestRejected` (HTTP 400 in vLLM) when
@@ -197,8 +212,19 @@ class SimEngine:
         if not step.reqs:
             raise RuntimeError("engine has work but could schedule nothing (a bug)")
         duration = self.cost.step_duration_s(step)
+        spec = self.spec
+        if spec is not None and step.drafting_seqs:
+            for r in step.reqs:
+                if r.sched_draft:
+                    r.accepted = spec.verify(r.sched_draft)
         emitted, done = sched.finish_step(step)
-        self._generation_tokens_total += len(emitted)
+        if spec is None:
+            self._generation_tokens_total += len(emitted)
+        else:
+            for r in emitted:
+                self._generation_tokens_total += r.num_new_output
+                if not r.finished:
+                    r.num_draft = spec.propose()
         for r in emitted:
             if r.num_output == 1:
                 self._prompt_tokens_total += r.prompt_len
@@ -231,7 +257,7 @@ class SimEngine:
         `now_s + duration_s`. Call only when `has_work()`."""
         duration, step, emitted, _done = self.advance()
         events = tuple(
-            TokenEvent(r.request_id, 1, r.finished, r.num_output == 1,
+            TokenEvent(r.request_id, r.num_new_output, r.finished, r.num_output == r.num_new_output,
                        "length" if r.finished else None)
             for r in emitted)
         return StepResult(
@@ -250,18 +276,22 @@ class SimEngine:
             prefix_cache_hits_total=s.prefix_hits_tokens,
             prompt_tokens_total=self._prompt_tokens_total,
             generation_tokens_total=self._generation_tokens_total,
-            num_gpu_blocks=self.config.num_gpu_blocks, block_size=self.config.block_size)
+            num_gpu_blocks=self.config.num_gpu_blocks, block_size=self.config.block_size,
+            spec_decode=self.spec.counters if self.spec is not None else None)
 
 
 def build_engine(model: str, gpu: str, quantization: str | None, args: Any,
                  calibration: Calibration | None, async_scheduling: bool = True,
-                 profile: KernelProfile | None = None) -> SimEngine:
+                 profile: KernelProfile | None = None,
+                 speculative: SpeculativeConfig | None = None, seed: int = 0) -> SimEngine:
     """The simulated replica for `model` on `gpu` with vLLM `EngineArgs` `args`.
 
     KV pool and limits come from the planner (`plan_memory`), so they equal what
     `servelab plan` prints; step costs from the operator model with the GPU's kernel
     `profile` (None: the shipped one, else the datasheet) and `calibration` (None: the
-    shipped residual for the GPU class).
+    shipped residual for the GPU class). `speculative` adds speculative decoding with its
+    per-position acceptance (required) and vLLM's rule on asynchronous scheduling
+    (kept only for EAGLE-type methods).
     """
     from servelab.hardware.catalog import get_gpu
     from servelab.models import load_model
@@ -269,14 +299,34 @@ def build_engine(model: str, gpu: str, quantization: str | None, args: Any,
 
     geometry = load_model(model, quantization)
     spec = get_gpu(gpu)
-    mem = plan_memory(geometry, spec, args)
+    draft = None
+    if speculative is not None:
+        _check_speculative(speculative, args)
+        async_scheduling = async_scheduling and speculative.keeps_async_scheduling
+        draft = draft_geometry(speculative, geometry)
+    mem = plan_memory(geometry, spec, args, draft=draft)
     if not mem.fits:
         raise ServelabError(f"{model} on {spec.name}: {mem.reason}")
     cal = calibration if calibration is not None else default_calibration(spec.name)
-    cost = OperatorCostModel(geometry, spec, args, cal, kernel_times(spec, profile))
+    kernels = kernel_times(spec, profile)
+    spec_cost = None
+    if speculative is not None:
+        drafter = OperatorModel(draft, spec, args, kernels) if draft is not None else None
+        spec_cost = SpecCost(speculative.num_speculative_tokens, drafter)
+    cost = OperatorCostModel(geometry, spec, args, cal, kernels, spec_cost, async_scheduling)
     config = SimConfig(
         num_gpu_blocks=mem.num_gpu_blocks, block_size=mem.block_size,
         max_num_seqs=mem.max_num_seqs, max_num_batched_tokens=mem.max_num_batched_tokens,
         max_model_len=mem.max_model_len, enable_prefix_caching=args.enable_prefix_caching,
-        async_scheduling=async_scheduling, memory=mem)
+        async_scheduling=async_scheduling, memory=mem, speculative=speculative, seed=seed)
     return SimEngine(config, cost)
+
+
+def _check_speculative(speculative: SpeculativeConfig, args: Any) -> None:
+    if speculative.rates() is None:
+        raise ServelabError(
+            "speculative decoding needs its per-position acceptance in the simulator: "
+            "--spec-acceptance 0.8,0.7,... (sim run/serve) or `acceptance:` in the arm's "
+            "speculative block (a measured cell's spec_decode_per_position_acceptance_rates)")
+    if args.pipeline_parallel_size > 1:
+        raise ServelabError("the simulator models speculative decoding at pipeline_parallel_size 1 only")

@@ -26,6 +26,8 @@ from prometheus_client import (
 )
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from servelab.sim.speculative import SpecCounters
+
 # vLLM 0.32.0's bucket bounds (seconds).
 TTFT_BUCKETS_S = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0,
                   2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
@@ -57,6 +59,8 @@ class EngineCounters(Protocol):
     def prompt_tokens_total(self) -> int: ...
     @property
     def generation_tokens_total(self) -> int: ...
+    @property
+    def spec_decode(self) -> SpecCounters | None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +146,20 @@ class _EngineCollector:
                             s.prompt_tokens_total)
         yield self._counter("vllm:generation_tokens", "Number of generation tokens processed.",
                             s.generation_tokens_total)
+        sd = s.spec_decode
+        if sd is not None:  # vLLM exports these only with a speculative config
+            yield self._counter("vllm:spec_decode_num_drafts", "Number of spec decoding drafts.",
+                                sd.num_drafts)
+            yield self._counter("vllm:spec_decode_num_draft_tokens", "Number of draft tokens.",
+                                sd.num_draft_tokens)
+            yield self._counter("vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens.",
+                                sd.num_accepted_tokens)
+            pos = CounterMetricFamily("vllm:spec_decode_num_accepted_tokens_per_pos",
+                                      "Accepted tokens per draft position.",
+                                      labels=["model_name", "engine", "position"])
+            for i, n in enumerate(sd.accepted_per_pos):
+                pos.add_metric([*self._labels, str(i)], n)
+            yield pos
         info = self._cache.labels()
         info["engine"] = self._labels[1]
         g = GaugeMetricFamily("vllm:cache_config_info", "Information of the LLMEngine CacheConfig",

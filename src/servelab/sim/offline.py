@@ -26,10 +26,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace, dataclass
 
 from servelab.metrics.records import RequestRecord
+from servelab.metrics.scrape import SpecDecodeStats, spec_decode_stats
 from servelab.router.records import RouteRequest
 from servelab.sim.cluster import Cluster
 from servelab.sim.engine import RequestRejected, SimEngine
 from servelab.sim.scheduler import ScheduledStep
+from servelab.sim.speculative import SpecCounters
 
 _STEP_DONE, _REACH, _DUE, _KICK, _ADMIT, _DELIVER = 0, 1, 2, 3, 4, 5
 
@@ -57,6 +59,7 @@ class OfflineRun:
     records: list[RequestRecord]
     duration_s: float
     num_steps: int
+    spec_decode: SpecDecodeStats | None = None  # over the measured phase, all replicas
 
 
 def simulate(cluster: Cluster, requests: Sequence[OfflineRequest], intended_s: Sequence[float],
@@ -77,9 +80,30 @@ def simulate(cluster: Cluster, requests: Sequence[OfflineRequest], intended_s: S
             r.send_s -= t_warm_end
         records.extend(wrecs)
         steps += n
+    before = _spec_counters(cluster)
     recs, t_end, n = _run(cluster, requests, intended_s, max_concurrency, on_step, t_warm_end)
     records.extend(recs)
-    return OfflineRun(records, max(t_end - t_warm_end, 1e-9), steps + n)
+    return OfflineRun(records, max(t_end - t_warm_end, 1e-9), steps + n,
+                      _spec_delta(before, _spec_counters(cluster)))
+
+
+def _spec_counters(cluster: Cluster) -> list[SpecCounters] | None:
+    counters = [e.stats.spec_decode for e in cluster.engines]
+    return None if any(c is None for c in counters) else counters  # type: ignore[return-value]
+
+
+def _spec_delta(before: list[SpecCounters] | None,
+                after: list[SpecCounters] | None) -> SpecDecodeStats | None:
+    """What vLLM's counters would say over the measured phase (summed over replicas)."""
+    if before is None or after is None:
+        return None
+    drafts = sum(a.num_drafts - b.num_drafts for a, b in zip(after, before))
+    tokens = sum(a.num_draft_tokens - b.num_draft_tokens for a, b in zip(after, before))
+    accepted = sum(a.num_accepted_tokens - b.num_accepted_tokens for a, b in zip(after, before))
+    k = len(after[0].accepted_per_pos)
+    per_pos = tuple(float(sum(a.accepted_per_pos[i] - b.accepted_per_pos[i] for a, b in zip(after, before)))
+                    for i in range(k))
+    return spec_decode_stats(drafts, tokens, accepted, per_pos)
 
 
 class _Flight:
@@ -173,7 +197,7 @@ def _run(cluster: Cluster, requests: Sequence[OfflineRequest], intended_s: Seque
                 seq += 1
             else:
                 for r in emitted:
-                    flights[r.tag].times.append(now)  # type: ignore[union-attr, index]
+                    _arrive(flights[r.tag].times, now, r.num_new_output)  # type: ignore[union-attr, index]
                 for r in done:
                     complete(r.tag, now)  # type: ignore[arg-type]
                 t_last = now
@@ -184,7 +208,7 @@ def _run(cluster: Cluster, requests: Sequence[OfflineRequest], intended_s: Seque
         elif kind == _DELIVER:
             emitted, done = outbox.pop(arg)
             for r in emitted:
-                flights[r.tag].times.append(now)  # type: ignore[union-attr, index]
+                _arrive(flights[r.tag].times, now, r.num_new_output)  # type: ignore[union-attr, index]
             for r in done:
                 complete(r.tag, now)  # type: ignore[arg-type]
             t_last = max(t_last, now)
@@ -223,6 +247,18 @@ def _run(cluster: Cluster, requests: Sequence[OfflineRequest], intended_s: Seque
             else:
                 slot_queue.append((arg, now))
     return [f.rec for f in flights if f is not None], t_last, steps
+
+
+def _arrive(times: list[float], now: float, k: int) -> None:
+    """`k` tokens reached the client in one chunk at `now`: as the client counts a chunk of
+    k tokens (k ITLs of gap / k, `servelab.metrics.result`), their times split the gap."""
+    if k == 1 or not times:
+        times.append(now)
+        times.extend([now] * (k - 1))
+        return
+    prev = times[-1]
+    gap = (now - prev) / k
+    times.extend(prev + gap * j for j in range(1, k + 1))
 
 
 # Above every vocabulary and away from the negative padding ids of `sim.setup`.

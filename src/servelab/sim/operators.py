@@ -246,23 +246,30 @@ class OperatorModel:
         layers = (self.stage_layers * (attn + tp) + self.dense_layers * mlp + self.moe_layers * moe)
         return round(layers) + 8                 # embedding, final norm, LM head, sampler
 
-    def launches(self, tokens: int, prefill_tokens: int) -> int:
-        """CPU launches of a step: 1 for a decode-only batch that replays a full CUDA graph;
-        a graph piece and the attention kernel per layer for a mixed batch within the
-        captured sizes (vLLM's piecewise graphs); every kernel beyond them."""
+    def launches(self, tokens: int, piecewise: bool) -> int:
+        """CPU launches of a step: 1 for a uniform decode batch that replays a full CUDA
+        graph; a graph piece and the attention kernel per layer for any other batch within
+        the captured sizes (vLLM's piecewise graphs); every kernel beyond them."""
         cap = self.capture
         if cap and tokens <= cap[-1]:
-            return 1 if prefill_tokens == 0 else 2 * self.stage_layers + 8
+            return 2 * self.stage_layers + 8 if piecewise else 1
         return self.kernels_per_step()
 
     def parts(self, decode_seqs: int, decode_ctx: int, prefill_tokens: int, prefill_ctx: int,
-              prefill_seqs: int) -> StepParts:
-        """The step's kernel seconds and CPU launches on one stage (see `StepParts`)."""
-        tokens = decode_seqs + prefill_tokens
+              prefill_seqs: int, draft_tokens: int = 0, piecewise: bool | None = None) -> StepParts:
+        """The step's kernel seconds and CPU launches on one stage (see `StepParts`).
+
+        `draft_tokens` are speculative tokens verified on top of one per decode: they add
+        GEMM rows and logit rows; their attention is the decode's (a handful of queries per
+        sequence against its KV: the kernel reads the same KV bytes). `piecewise` says the
+        batch runs piecewise graphs (default: when it holds a prefill); vLLM replays a full
+        graph only for uniform decode batches."""
+        tokens = decode_seqs + draft_tokens + prefill_tokens
         if tokens == 0:
             return StepParts(0.0, 0.0, 0)
         linear = self.tokens_s(self.padded(tokens))
         if self.pp == 1:  # with PP the first and last stages' own work is `ends_s`
-            linear += self.seqs_s(decode_seqs + prefill_seqs)
+            linear += self.seqs_s(decode_seqs + draft_tokens + prefill_seqs)
         attn = self.attention_s(decode_seqs, decode_ctx, prefill_tokens, prefill_ctx, prefill_seqs)
-        return StepParts(linear, attn, self.launches(tokens, prefill_tokens))
+        mixed = prefill_tokens > 0 if piecewise is None else piecewise
+        return StepParts(linear, attn, self.launches(tokens, mixed))

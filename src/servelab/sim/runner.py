@@ -107,4 +107,6 @@ def run_offline(opts: SimOptions, dataset: DatasetOptions, seed: int, arrivals: 
         burstiness=arrivals.burstiness, max_concurrency=max_concurrency,
         ramp_up_strategy=arrivals.ramp_up_strategy, ramp_up_start_rps=arrivals.ramp_up_start_rps,
         ramp_up_end_rps=arrivals.ramp_up_end_rps, seed=seed, tokenizer=wl.tokenizer_source))
+    if run.spec_decode is not None:
+        result = result.model_copy(update={"engine_spec_decode": run.spec_decode})
     return OfflineOutcome(result, run, memory, mml, run.num_steps, pre, date, wl.notes, source)

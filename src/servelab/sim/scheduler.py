@@ -14,6 +14,12 @@ One step (`Scheduler.schedule`), as vLLM V1's `Scheduler.schedule()` does it:
 After the step (`Scheduler.finish_step`), every request whose known tokens are all computed
 samples one token; a request with `max_tokens` outputs finishes and frees its blocks.
 
+Speculative decoding (vLLM V1's rule): a decoding request with a draft (`num_draft`, set
+by the engine's proposer) asks for 1 + draft tokens, capped by the token budget and
+max_model_len, and gets KV slots for all of them; after verification it emits its accepted
+draft tokens plus one (`accepted`, set by the engine), capped at `max_tokens`, and the
+rejected drafts' slots are given back to be overwritten (`num_computed` steps back).
+
 Per-request state lives in `SchedRequest` (slots, ints); nothing is allocated per token.
 """
 
@@ -31,7 +37,7 @@ class SchedRequest:
     __slots__ = (
         "request_id", "prompt_len", "max_tokens", "arrival_s", "hashes",
         "num_output", "num_computed", "blocks", "num_registered", "finished", "tag",
-        "num_preemptions",
+        "num_preemptions", "num_draft", "sched_draft", "accepted", "num_new_output",
     )
 
     def __init__(self, request_id: str, prompt_len: int, max_tokens: int, arrival_s: float,
@@ -48,6 +54,10 @@ class SchedRequest:
         self.finished = False
         self.tag = tag                  # the driver's handle (e.g. a record index)
         self.num_preemptions = 0
+        self.num_draft = 0              # draft tokens proposed for the next step
+        self.sched_draft = 0            # draft tokens scheduled in the current step
+        self.accepted = 0               # of those, accepted by the verification
+        self.num_new_output = 0         # tokens emitted by the last step
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +87,8 @@ class ScheduledStep:
     prefill_context_tokens: int
     preempted: int
     prefill_seqs: int = 0  # requests in the step with prompt tokens (each samples one logit row)
+    draft_tokens: int = 0  # draft tokens verified, on top of one token per decode
+    drafting_seqs: int = 0  # decodes that carry a draft
 
 
 class Scheduler:
@@ -140,6 +152,7 @@ class Scheduler:
             victim = running.pop()
             self._release(victim)
             victim.num_computed = 0
+            victim.num_draft = 0
             victim.num_preemptions += 1
             self.waiting.appendleft(victim)
             if victim is req:
@@ -153,14 +166,20 @@ class Scheduler:
         budget = lim.max_num_batched_tokens
         reqs: list[SchedRequest] = []
         nums: list[int] = []
-        d_seqs = d_ctx = p_tok = p_ctx = 0
+        d_seqs = d_ctx = p_tok = p_ctx = drafts = drafting = 0
         preempted = 0
+        max_len = lim.max_model_len
         running = self.running
         bs = self.pool.block_size
         i = 0
         while i < len(running) and budget > 0:
             req = running[i]
             n = req.prompt_len + req.num_output - req.num_computed
+            draft = 0
+            if n == 1 and req.num_draft and req.num_computed >= req.prompt_len:
+                draft = min(req.num_draft, budget - 1, max_len - 1 - req.num_computed - 1)
+                draft = max(draft, 0)
+                n += draft
             if n > budget:
                 n = budget
             if n <= 0:
@@ -175,9 +194,13 @@ class Scheduler:
             reqs.append(req)
             nums.append(n)
             budget -= n
-            if n == 1 and req.num_computed >= req.prompt_len:
+            if n == 1 + draft and req.num_computed >= req.prompt_len:
                 d_seqs += 1
                 d_ctx += req.num_computed + 1
+                if draft:
+                    req.sched_draft = draft
+                    drafts += draft
+                    drafting += 1
             else:
                 p_tok += n
                 p_ctx += n * req.num_computed + n * (n + 1) // 2
@@ -187,7 +210,8 @@ class Scheduler:
         self.num_preemptions_total += preempted
         if not preempted:
             p_tok, p_ctx = self._admit(reqs, nums, budget, p_tok, p_ctx)
-        return ScheduledStep(reqs, nums, d_seqs, d_ctx, p_tok, p_ctx, preempted, len(reqs) - d_seqs)
+        return ScheduledStep(reqs, nums, d_seqs, d_ctx, p_tok, p_ctx, preempted, len(reqs) - d_seqs,
+                             drafts, drafting)
 
     def _admit(self, reqs: list[SchedRequest], nums: list[int], budget: int,
                p_tok: int, p_ctx: int) -> tuple[int, int]:
@@ -218,13 +242,23 @@ class Scheduler:
         return p_tok, p_ctx
 
     def finish_step(self, step: ScheduledStep) -> tuple[list[SchedRequest], list[SchedRequest]]:
-        """Apply a computed step: returns (requests that sampled a token, those that finished)."""
+        """Apply a computed step: returns (requests that sampled tokens, those that finished);
+        each emitted request's `num_new_output` says how many (1 + accepted drafts)."""
         emitted: list[SchedRequest] = []
         done: list[SchedRequest] = []
         for req, n in zip(step.reqs, step.num_new):
             req.num_computed += n
-            if req.num_computed >= req.prompt_len + req.num_output:
-                req.num_output += 1
+            draft = req.sched_draft
+            if req.num_computed >= req.prompt_len + req.num_output + draft:
+                k = 1
+                if draft:
+                    a = req.accepted
+                    req.num_computed -= draft - a  # rejected drafts' slots are overwritten
+                    k += a
+                    req.sched_draft = req.accepted = 0
+                k = min(k, req.max_tokens - req.num_output)
+                req.num_output += k
+                req.num_new_output = k
                 emitted.append(req)
                 if req.num_output >= req.max_tokens:
                     done.append(req)

@@ -11,6 +11,7 @@ padded with ids unique to the request (so padding never fakes a prefix-cache hit
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from servelab.sim.cost import Calibration, default_calibration
 from servelab.sim.engine import SimEngine, build_engine
 from servelab.sim.kernel_profile import KernelProfile
 from servelab.sim.offline import OfflineRequest
+from servelab.speculation import SpeculativeConfig
 from servelab.workload.request import RequestSpec
 
 ROUTER_HOP_MS = 0.5
@@ -39,6 +41,7 @@ class SimOptions:
     calibration: Calibration | None = None
     async_scheduling: bool = True  # vLLM's --async-scheduling (on by default since V1)
     profile: KernelProfile | None = None  # None: the GPU's shipped profile, else its datasheet
+    speculative: SpeculativeConfig | None = None  # with its per-position acceptance
 
     @property
     def resolved_calibration(self) -> Calibration:
@@ -53,8 +56,10 @@ def build_cluster(opts: SimOptions, rng: random.Random) -> Cluster:
         raise ValueError("replicas must be >= 1")
     cal = opts.resolved_calibration
     first = build_engine(opts.model, opts.gpu, opts.quantization, opts.engine_args, cal,
-                         opts.async_scheduling, opts.profile)
-    engines = [first] + [SimEngine(first.config, first.cost) for _ in range(opts.replicas - 1)]
+                         opts.async_scheduling, opts.profile, opts.speculative)
+    # Each replica draws acceptance from its own stream.
+    engines = [first] + [SimEngine(dataclasses.replace(first.config, seed=r), first.cost)
+                         for r in range(1, opts.replicas)]
     policy = make_policy(opts.router_policy, rng) if opts.replicas > 1 else None
     return Cluster(engines, policy, NetworkCosts(cal.request_overhead_ms, ROUTER_HOP_MS,
                                                  cal.frontend_us_per_prompt_token,

@@ -1,0 +1,68 @@
+"""Speculative decoding in the simulated engine: who drafts, how many drafts survive.
+
+vLLM V1's cycle, one step: the target verifies every running sequence's draft (its
+scheduled tokens are 1 + the draft's), the rejection sampler keeps the longest accepted
+prefix and samples one token after it, and the proposer drafts the next K tokens for every
+sequence that continues (a draft model or an EAGLE head on the GPU in the same step; n-gram
+lookup on the CPU). This module owns the decisions (the engine applies them, the cost model
+prices them):
+- `propose`: the draft length of a sequence's next step: K, or 0 when an n-gram proposer
+  finds no match (drawn with the arm's `proposal_rate`);
+- `verify`: the accepted length of one draft, from the per-position acceptance (one
+  uniform draw per draft, `servelab.speculation.accepted_length`);
+- the counters vLLM exports (`vllm:spec_decode_*`), so a simulated cell reports acceptance
+  as a measured one does.
+The random stream is the engine's own (seeded), never a global one.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from servelab.speculation import SpeculativeConfig, accepted_length
+
+
+@dataclass(frozen=True, slots=True)
+class SpecCounters:
+    """vLLM's speculative-decoding counters (totals since the engine started)."""
+
+    num_drafts: int
+    num_draft_tokens: int
+    num_accepted_tokens: int
+    accepted_per_pos: tuple[int, ...]
+
+
+class SpecDecoder:
+    """Draft lengths and accepted lengths for one simulated replica."""
+
+    def __init__(self, config: SpeculativeConfig, rates: tuple[float, ...], seed: int) -> None:
+        self.config = config
+        self.k = config.num_speculative_tokens
+        self.rates = rates[: self.k]
+        self.proposal_rate = config.proposal_rate
+        self._rng = random.Random(seed)
+        self._drafts = 0
+        self._draft_tokens = 0
+        self._accepted = 0
+        self._per_pos = [0] * self.k
+
+    def propose(self) -> int:
+        """Draft tokens for one sequence's next step."""
+        if self.proposal_rate < 1.0 and self._rng.random() >= self.proposal_rate:
+            return 0
+        return self.k
+
+    def verify(self, drafted: int) -> int:
+        """Accepted draft tokens of a `drafted`-token draft (counted as vLLM counts them)."""
+        n = accepted_length(self.rates[:drafted], self._rng.random())
+        self._drafts += 1
+        self._draft_tokens += drafted
+        self._accepted += n
+        for i in range(n):
+            self._per_pos[i] += 1
+        return n
+
+    @property
+    def counters(self) -> SpecCounters:
+        return SpecCounters(self._drafts, self._draft_tokens, self._accepted, tuple(self._per_pos))
