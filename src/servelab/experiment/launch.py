@@ -124,7 +124,8 @@ def _offline(spec: ExperimentSpec, arm: ArmSpec) -> ArmRun:
     opts = SimOptions(model=arm.model or spec.model.name, gpu=spec.hardware.gpu,
                       quantization=arm.quantization, engine_args=args, replicas=arm.replicas,
                       router_policy="round_robin" if arm.routing == DIRECT else arm.routing,
-                      calibration=calibration, profile=profile, speculative=arm.speculative)
+                      calibration=calibration, profile=profile, speculative=arm.speculative,
+                      async_scheduling=args.async_scheduling)
     # The engine the cells will build, built once here so a config that cannot start
     # (KV pool smaller than one request) fails the arm the way vLLM would.
     engine = build_engine(opts.model, opts.gpu, opts.quantization, args, opts.resolved_calibration,

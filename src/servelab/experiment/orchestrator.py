@@ -231,6 +231,8 @@ class Orchestrator:
             metadata={"arm": arm.name, "workload": cell.workload, "load": load.key},
             seed=cell.seed, tokenizer=work.tokenizer.source,
             sampling=spec.engine_defaults.sampling.fields()))
+        if m.spec_decode is not None:
+            result = result.model_copy(update={"engine_spec_decode": m.spec_decode})
         data = {
             "cell": {"arm": arm.name, "workload": cell.workload, "load": load.key,
                      "seed": cell.seed, "num_prompts": load.num_prompts,

@@ -251,6 +251,13 @@ class ExperimentSpec(_Section):
     def _model_shorthand(cls, value: Any) -> Any:
         return {"name": value} if isinstance(value, str) else value
 
+    @classmethod
+    def from_stored(cls, data: dict[str, Any]) -> ExperimentSpec:
+        """The spec a manifest stored (its dump, whose workloads carry the dataset options'
+        `num_prompts`, which a spec file may not set)."""
+        workloads = [{k: v for k, v in w.items() if k != "num_prompts"} for w in data.get("workloads", [])]
+        return cls.model_validate({**data, "workloads": workloads})
+
     @property
     def baseline(self) -> ArmSpec:
         """The arm marked `baseline: true`, else the first arm."""

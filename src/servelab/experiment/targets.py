@@ -31,7 +31,7 @@ from servelab.client.target import TargetConfig, check_reachable
 from servelab.client.workers import direct_shares, new_event_loop
 from servelab.experiment.simseries import SIM_URL, SimSeriesRecorder
 from servelab.metrics.records import RequestRecord
-from servelab.metrics.scrape import MetricsScraper, ServerSeries
+from servelab.metrics.scrape import MetricsScraper, ServerSeries, SpecDecodeStats, combine_spec_decode
 from servelab.sim.offline import simulate
 from servelab.sim.setup import SimOptions, build_cluster, offline_requests
 from servelab.workload.request import RequestSpec
@@ -50,6 +50,7 @@ class Measurement:
     duration_s: float
     servers: list[ServerSeries]
     extras: dict[str, float] = field(default_factory=dict)
+    spec_decode: SpecDecodeStats | None = None  # over the measured requests, all replicas
 
 
 class Target(Protocol):
@@ -96,7 +97,8 @@ class OfflineSimTarget:
         records += sorted((r for m in parts for r in m.records if not r.warmup), key=lambda r: r.index)
         series = [dataclasses.replace(m.servers[0], url=SIM_URL.format(k)) for k, m in enumerate(parts)]
         extras = {key: float(sum(m.extras[key] for m in parts)) for key in ("num_steps", "preemptions")}
-        return Measurement(records, max(m.duration_s for m in parts), series, extras)
+        return Measurement(records, max(m.duration_s for m in parts), series, extras,
+                           combine_spec_decode([m.spec_decode for m in parts]))
 
     @staticmethod
     def _simulate(opts: SimOptions, offline: list, intended_s: list[float],
@@ -106,7 +108,8 @@ class OfflineSimTarget:
         run = simulate(cluster, offline, intended_s, max_concurrency, num_warmups, recorder)
         preemptions = sum(e.stats.num_preemptions_total for e in cluster.engines)
         return Measurement(run.records, run.duration_s, recorder.series(),
-                           {"num_steps": float(run.num_steps), "preemptions": float(preemptions)})
+                           {"num_steps": float(run.num_steps), "preemptions": float(preemptions)},
+                           run.spec_decode)
 
 
 class HttpTarget:
@@ -155,7 +158,9 @@ class HttpTarget:
             finally:
                 stop.set()
                 await asyncio.gather(*tasks, return_exceptions=True)
-        return Measurement(records, max(t_end - t0, 1e-9), [s.series() for s in scrapers])
+        series = [s.series() for s in scrapers]
+        return Measurement(records, max(t_end - t0, 1e-9), series, {},
+                           combine_spec_decode([x.spec_decode for x in series]))
 
 
 async def _send_split(targets: list[TargetConfig], requests: Sequence[RequestSpec],

@@ -233,12 +233,13 @@ class BenchResult(_Record):
     run: RunInfo | None = None
     server: ServerSeries | None = None
     gpu: GpuSeries | None = None
-    engine_spec_decode: SpecDecodeStats | None = None  # an in-process engine's own counters
+    engine_spec_decode: SpecDecodeStats | None = None  # the measurement's own (replicas combined)
 
     @property
     def spec_decode(self) -> SpecDecodeStats | None:
         """Speculative decoding over the run: the server's counters (scraped), else those
-        an in-process engine (the offline simulator) reported; None without drafts."""
+        the measurement combined (an experiment's replicas, the offline simulator's
+        engines); None without drafts."""
         if self.server is not None and self.server.spec_decode is not None:
             return self.server.spec_decode
         return self.engine_spec_decode

@@ -170,6 +170,18 @@ def _spec_decode(samples: tuple[TimedSnapshot, ...]) -> SpecDecodeStats | None:
     return spec_decode_stats(drafts, proposed, accepted, per_pos)
 
 
+def combine_spec_decode(stats: list[SpecDecodeStats | None]) -> SpecDecodeStats | None:
+    """Several replicas' speculative decoding as one engine's (counters summed)."""
+    got = [s for s in stats if s is not None]
+    if not got:
+        return None
+    k = max(len(s.per_position_acceptance) for s in got)
+    per_pos = tuple(sum(s.per_position_acceptance[i] * s.num_drafts for s in got
+                        if i < len(s.per_position_acceptance)) for i in range(k))
+    return spec_decode_stats(sum(s.num_drafts for s in got), sum(s.draft_tokens for s in got),
+                             sum(s.accepted_tokens for s in got), per_pos)
+
+
 def spec_decode_stats(drafts: float, proposed: float, accepted: float,
                       accepted_per_pos: tuple[float, ...]) -> SpecDecodeStats | None:
     """`SpecDecodeStats` from counter deltas over a run (None when nothing was drafted)."""

@@ -46,6 +46,7 @@ class EngineArgs(BaseModel):
     enable_prefix_caching: bool = True
     enforce_eager: bool = False
     quantization: str | None = None
+    async_scheduling: bool = True  # vLLM's default; the simulator's engine follows it
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,9 +7,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from servelab.report.data import ExperimentData, load_experiment
+from servelab.experiment.spec import ExperimentSpec
 from servelab.report.diagnose import ArmDiagnosis, diagnose_arms
 from servelab.report.html import render_html
 from servelab.report.plots import Plot, make_plots
+from servelab.report.speculation import speculation_section
 from servelab.report.tables import Table, all_tables
 from servelab.storage import write_atomic
 
@@ -21,19 +23,22 @@ class Report:
     tables: tuple[Table, ...]
     diagnoses: tuple[ArmDiagnosis, ...]
     plots: tuple[Plot, ...]
+    speculation: tuple[str, ...] = ()  # advice lines on speculative arms
 
     def to_markdown(self, with_plots: bool = True) -> str:
         parts = [f"# {self.title}", "", *self.intro, ""]
         parts += [t.to_markdown() + "\n" for t in self.tables]
         if self.diagnoses:
             parts += ["## Diagnosis", ""] + [d.to_markdown() + "\n" for d in self.diagnoses]
+        if self.speculation:
+            parts += ["## Speculative decoding", ""] + [f"- {x}" for x in self.speculation] + [""]
         if with_plots and self.plots:
             parts += ["## Plots", ""] + [f"![{p.title}](plots/{p.name}.png)" for p in self.plots]
         return "\n".join(parts) + "\n"
 
     def to_html(self) -> str:
         return render_html(self.title, list(self.intro), list(self.tables), list(self.diagnoses),
-                           list(self.plots))
+                           list(self.plots), list(self.speculation))
 
 
 def _intro(data: ExperimentData) -> tuple[str, ...]:
@@ -56,12 +61,15 @@ def _intro(data: ExperimentData) -> tuple[str, ...]:
 def build_report(root: Path, plots: bool = True) -> Report:
     """The report of the experiment in `root`."""
     data = load_experiment(root)
+    spec_tables, spec_lines = speculation_section(data, ExperimentSpec.from_stored(data.manifest["spec"]),
+                                                  data.manifest.get("gpu"))
     return Report(
         title=f"servelab report: {data.manifest['spec']['name']}",
         intro=_intro(data),
-        tables=tuple(all_tables(data)),
+        tables=tuple(all_tables(data) + spec_tables),
         diagnoses=tuple(diagnose_arms(data)),
         plots=tuple(make_plots(data)) if plots else (),
+        speculation=tuple(spec_lines),
     )
 
 

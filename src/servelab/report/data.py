@@ -20,6 +20,21 @@ from servelab.metrics.server_figures import ServerFigures
 
 
 @dataclass(frozen=True, slots=True)
+class SpecFigures:
+    """A cell's speculative decoding, from vLLM's counters (vllm bench serve's keys):
+    acceptance in %, mean tokens per verification, per-position acceptance (0..1), and the
+    share of decode steps that carried a draft (n-gram drafting proposes only on a match)."""
+
+    acceptance_rate_pct: float
+    acceptance_length: float
+    per_position: tuple[float, ...]
+    num_drafts: int
+    draft_tokens: int
+    accepted_tokens: int
+    proposal_rate: float | None
+
+
+@dataclass(frozen=True, slots=True)
 class CellFigures:
     """One cell's figures (latencies in ms, throughputs per second, duration in s)."""
 
@@ -46,6 +61,9 @@ class CellFigures:
     server: ServerFigures = field(default_factory=ServerFigures)
     roofline: RooflineStep | None = None  # at the batch and context the cell ran
     trap_notes: tuple[str, ...] = ()  # the run's measurement traps (servelab.metrics.traps)
+    mean_input_len: float = 0.0  # tokens per completed request
+    mean_output_len: float = 0.0
+    spec: SpecFigures | None = None
 
     @property
     def x_value(self) -> float:
@@ -124,7 +142,25 @@ def cell_figures(data: dict[str, Any]) -> CellFigures:
         itls_ms=tuple(g * 1e3 for row in (res.get("itls") or []) for g in row),
         server=server, roofline=RooflineStep.of(data.get("roofline")),
         trap_notes=tuple((res.get("servelab") or {}).get("trap_notes") or ()),
+        mean_input_len=res["total_input_tokens"] / res["completed"] if res["completed"] else 0.0,
+        mean_output_len=res["total_output_tokens"] / res["completed"] if res["completed"] else 0.0,
+        spec=_spec_figures(res),
     )
+
+
+def _spec_figures(res: dict[str, Any]) -> SpecFigures | None:
+    if "spec_decode_num_drafts" not in res:
+        return None
+    drafts, accepted = int(res["spec_decode_num_drafts"]), int(res["spec_decode_accepted_tokens"])
+    # Decode steps per request: every output token after the first comes from one, less
+    # the accepted drafts, which ride along in a verification step.
+    steps = res["total_output_tokens"] - res["completed"] - accepted
+    return SpecFigures(
+        acceptance_rate_pct=float(res["spec_decode_acceptance_rate"]),
+        acceptance_length=float(res["spec_decode_acceptance_length"]),
+        per_position=tuple(float(x) for x in res.get("spec_decode_per_position_acceptance_rates") or ()),
+        num_drafts=drafts, draft_tokens=int(res["spec_decode_draft_tokens"]), accepted_tokens=accepted,
+        proposal_rate=min(1.0, drafts / steps) if steps > 0 else None)
 
 
 def load_experiment(root: Path) -> ExperimentData:

@@ -45,15 +45,17 @@ def _diagnosis(d: ArmDiagnosis) -> str:
 
 
 def render_html(title: str, intro: list[str], tables: list[Table], diagnoses: list[ArmDiagnosis],
-                plots: list[Plot]) -> str:
+                plots: list[Plot], speculation: list[str] | None = None) -> str:
     """The whole page as a string."""
+    spec = (["<h2>Speculative decoding</h2><ul>", *(f"<li>{html.escape(x)}</li>" for x in speculation),
+             "</ul>"] if speculation else [])
     parts = [
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
         f"<title>{html.escape(title)}</title><style>{_CSS}</style></head><body>",
         f"<h1>{html.escape(title)}</h1>",
         *(f"<p>{html.escape(line)}</p>" for line in intro),
         "<h2>Results</h2>", *(_table(t) for t in tables),
-        "<h2>Diagnosis</h2>", *(_diagnosis(d) for d in diagnoses),
+        "<h2>Diagnosis</h2>", *(_diagnosis(d) for d in diagnoses), *spec,
         '<h2>Plots</h2><div class="plots">', *(_img(p) for p in plots), "</div>",
         "</body></html>",
     ]

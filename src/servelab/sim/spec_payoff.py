@@ -1,0 +1,118 @@
+"""Where speculative decoding pays, from the cost model: steady-state decode at a batch size.
+
+At concurrency C (every sequence decoding, context L tokens), one step of the baseline
+engine gives each sequence one token; one step of the speculative engine gives it
+1 + p x sum(acceptance[:k]) tokens on average (p: the share of steps that carry a draft)
+and costs the verification of C + p C k tokens plus the drafter's k forwards, under the
+engine's rules (piecewise graphs unless every sequence carries a whole draft, no
+asynchronous scheduling for n-gram and draft-model methods). The speed-up is the ratio of
+the two times per token; it falls with C because verification adds GEMM rows (compute)
+while the weight reads it saves are shared by the whole batch. The crossover (the first
+C where it falls below 1) and the best draft length per C therefore come out of the same
+kernel times and residual that price every simulated step; nothing here is fitted.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass
+
+from servelab.sim.cost import OperatorCostModel, SpecCost
+from servelab.sim.scheduler import ScheduledStep
+
+
+@dataclass(frozen=True, slots=True)
+class Payoff:
+    """Speculation at one concurrency: ms per token per sequence with and without it,
+    their ratio (> 1 pays), the draft length with the most tokens per second, and the
+    tokens one verification step yields with the arm's own draft length."""
+
+    concurrency: int
+    base_ms_per_token: float
+    spec_ms_per_token: float
+    speedup: float
+    best_k: int
+    tokens_per_step: float
+
+
+def _decode_step(seqs: int, context: float, drafting: int, k: int) -> ScheduledStep:
+    return ScheduledStep(reqs=[], num_new=[], decode_seqs=seqs,
+                         decode_context_tokens=int(seqs * context), prefill_tokens=0,
+                         prefill_context_tokens=0, preempted=0, prefill_seqs=0,
+                         draft_tokens=drafting * k, drafting_seqs=drafting)
+
+
+class PayoffModel:
+    """Steady-state decode payoff of a speculative engine against its baseline."""
+
+    def __init__(self, base: OperatorCostModel, spec: OperatorCostModel,
+                 rates: tuple[float, ...], proposal_rate: float = 1.0) -> None:
+        if spec.spec is None:
+            raise ValueError("the speculative cost model has no SpecCost")
+        self.base = base
+        self.spec = spec
+        self.k = spec.spec.num_speculative_tokens
+        self.rates = tuple(rates[: self.k])
+        self.proposal_rate = proposal_rate
+        self._by_k: dict[int, OperatorCostModel] = {self.k: spec}
+
+    def _cost(self, k: int) -> OperatorCostModel:
+        got = self._by_k.get(k)
+        if got is None:
+            got = copy.copy(self.spec)
+            got.spec = SpecCost(k, self.spec.spec.drafter)  # type: ignore[union-attr]
+            self._by_k[k] = got
+        return got
+
+    def spec_step_s(self, seqs: int, context: float, k: int) -> float:
+        """Expected seconds of one verification step (the draft count split between the
+        two integers around p x seqs)."""
+        cost = self._cost(k)
+        want = self.proposal_rate * seqs
+        lo = math.floor(want)
+        frac = want - lo
+        t_lo = cost.step_duration_s(_decode_step(seqs, context, lo, k))
+        if frac == 0.0:
+            return t_lo
+        t_hi = cost.step_duration_s(_decode_step(seqs, context, lo + 1, k))
+        return t_lo + frac * (t_hi - t_lo)
+
+    def tokens_per_step(self, k: int) -> float:
+        """Tokens one sequence gets per verification step with draft length k."""
+        return 1.0 + self.proposal_rate * float(sum(self.rates[:k]))
+
+    def at(self, concurrency: int, context: float) -> Payoff:
+        """The payoff at `concurrency` sequences of `context` tokens."""
+        base = self.base.step_duration_s(_decode_step(concurrency, context, 0, 0))
+        best_k, best = self.k, 0.0
+        for k in range(1, self.k + 1):
+            rate = self.tokens_per_step(k) / self.spec_step_s(concurrency, context, k)
+            if rate > best * (1 + 1e-9):
+                best_k, best = k, rate
+        spec_ms = self.spec_step_s(concurrency, context, self.k) / self.tokens_per_step(self.k) * 1e3
+        base_ms = base * 1e3
+        return Payoff(concurrency, base_ms, spec_ms, base_ms / spec_ms, best_k, self.tokens_per_step(self.k))
+
+    def crossover(self, context: float, max_concurrency: int) -> int | None:
+        """The smallest concurrency at which speculation stops paying (speed-up < 1), None
+        when it pays up to `max_concurrency`; 1 when it never pays."""
+        def pays(c: int) -> bool:
+            return self.at(c, context).speedup >= 1.0
+
+        if not pays(1):
+            return 1
+        lo, hi = 1, 2
+        while hi <= max_concurrency and pays(hi):
+            lo, hi = hi, hi * 2
+        if hi > max_concurrency:
+            if pays(max_concurrency):
+                return None
+            hi = max_concurrency
+        while hi - lo > 1:  # pays(lo), not pays(hi)
+            mid = (lo + hi) // 2
+            if pays(mid):
+                lo = mid
+            else:
+                hi = mid
+        return hi

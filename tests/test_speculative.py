@@ -1,0 +1,269 @@
+"""Speculative decoding: the arm's config as each engine takes it, the simulator's
+verification step, the planner's drafter memory, the counters and the report's advice."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from servelab.engine.adapter import ArmLaunch
+from servelab.engine.sglang import SglangLauncher
+from servelab.engine.sim import SimLauncher
+from servelab.engine.vllm import VllmLauncher
+from servelab.errors import ServelabError
+from servelab.experiment.arms import arm_launch
+from servelab.experiment.specfile import load_spec
+from servelab.hardware.catalog import get_gpu
+from servelab.metrics.scrape import parse_server_metrics, spec_decode_stats
+from servelab.models import load_model
+from servelab.plan import EngineArgs, plan_memory
+from servelab.plan.memory import GIB, loaded_weights_bytes
+from servelab.models.costs import kv_bytes_per_token_per_gpu
+from servelab.sim.cost import AffineCost
+from servelab.sim.engine import SimConfig, SimEngine, build_engine
+from servelab.sim.scheduler import ScheduledStep
+from servelab.sim.spec_payoff import PayoffModel
+from servelab.speculation import SpeculativeConfig, accepted_length, parse_rates, tokens_per_step
+
+from conftest import run_servelab
+
+ROOT = Path(__file__).resolve().parents[1]
+H200 = get_gpu("H200")
+ARGS = EngineArgs(gpu_memory_utilization=0.9)
+
+
+def _ngram(k: int, rates: list[float] | None = None, **kw) -> SpeculativeConfig:
+    return SpeculativeConfig(method="ngram", num_speculative_tokens=k, acceptance=rates, **kw)
+
+
+# -- the arm as each engine takes it ------------------------------------------------------
+def test_vllm_gets_the_exact_speculative_config_json() -> None:
+    spec = _ngram(4, [0.8, 0.7, 0.6, 0.5], prompt_lookup_min=2, prompt_lookup_max=4)
+    args = VllmLauncher().engine_args(ArmLaunch(name="a", model="m", speculative=spec), 0)
+    i = args.index("--speculative-config")
+    # servelab's own keys (acceptance, proposal_rate) stay out of vLLM's JSON
+    assert args[i + 1] == ('{"method":"ngram","num_speculative_tokens":4,'
+                           '"prompt_lookup_min":2,"prompt_lookup_max":4}')
+
+
+def test_a_spec_arm_renders_from_the_yaml(tmp_path: Path) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text(
+        "name: s\nengine: vllm\nmodel: Qwen/Qwen3-14B\nhardware: {gpu: H200}\n"
+        "arms:\n  - name: base\n  - name: draft\n    speculative:\n      method: draft_model\n"
+        "      model: Qwen/Qwen3-0.6B\n      num_speculative_tokens: 3\n"
+        "      rejection_sample_method: synthetic\n      synthetic_acceptance_rates: [0.9, 0.5, 0.25]\n"
+        "workloads: [{name: r, dataset_name: random}]\nloads: {concurrency: [1]}\n")
+    spec = load_spec(path)
+    launch = arm_launch(spec, spec.arm("draft"))
+    args = VllmLauncher().engine_args(launch, 0)
+    assert json.loads(args[args.index("--speculative-config") + 1]) == {
+        "method": "draft_model", "model": "Qwen/Qwen3-0.6B", "num_speculative_tokens": 3,
+        "rejection_sample_method": "synthetic", "synthetic_acceptance_rates": [0.9, 0.5, 0.25]}
+    assert "--speculative-config" not in VllmLauncher().engine_args(arm_launch(spec, spec.arm("base")), 0)
+
+
+def test_sglang_gets_its_speculative_flags() -> None:
+    spec = SpeculativeConfig(method="eagle3", model="/m/eagle3", num_speculative_tokens=3)
+    args = SglangLauncher().engine_args(ArmLaunch(name="a", model="m", speculative=spec), 0)
+    tail = args[args.index("--speculative-algorithm"):]
+    assert tail == ["--speculative-algorithm", "EAGLE3", "--speculative-num-draft-tokens", "4",
+                    "--speculative-num-steps", "3", "--speculative-eagle-topk", "1",
+                    "--speculative-draft-model-path", "/m/eagle3"]
+    with pytest.raises(ServelabError, match="prompt_lookup_max are vLLM's"):
+        SglangLauncher().speculative_args(_ngram(2, prompt_lookup_max=3))
+
+
+def test_the_simulator_server_gets_the_acceptance_too() -> None:
+    args = SimLauncher("H200").speculative_args(_ngram(2, [0.75, 0.5]))
+    assert args == ["--speculative-config", '{"method":"ngram","num_speculative_tokens":2}',
+                    "--spec-acceptance", "0.75,0.5"]
+
+
+@pytest.mark.parametrize("bad, message", [
+    ({"method": "draft_model", "num_speculative_tokens": 2}, "needs `model`"),
+    ({"method": "ngram", "num_speculative_tokens": 2, "acceptance": [0.5, 0.6]}, "non-increasing"),
+    ({"method": "ngram", "num_speculative_tokens": 3, "acceptance": [0.5, 0.4]}, "has 2 entries"),
+    ({"method": "eagle", "model": "x", "num_speculative_tokens": 2, "prompt_lookup_max": 2}, "ngram only"),
+    ({"method": "ngram", "num_speculative_tokens": 2, "synthetic_acceptance_rates": [0.5, 0.4]},
+     "goes with rejection_sample_method"),
+])
+def test_inconsistent_configs_are_refused(bad: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        SpeculativeConfig.model_validate(bad)
+
+
+def test_a_bad_spec_arm_names_its_line(tmp_path: Path) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text(
+        "name: s\nengine: sim\nmodel: Qwen/Qwen3-14B\nhardware: {gpu: H200}\n"
+        "arms:\n  - name: base\n  - name: d\n    speculative: {method: draft_model, num_speculative_tokens: 2}\n"
+        "workloads: [{name: r, dataset_name: random}]\nloads: {concurrency: [1]}\n")
+    with pytest.raises(ServelabError, match=r"s\.yaml:8: arms\[1\]\.speculative.*needs `model`"):
+        load_spec(path)
+
+
+# -- acceptance arithmetic -------------------------------------------------------------------
+def test_one_draw_keeps_positions_nested() -> None:
+    rates = (0.8, 0.5, 0.2)
+    assert [accepted_length(rates, u) for u in (0.0, 0.3, 0.6, 0.9)] == [3, 2, 1, 0]
+    assert tokens_per_step(rates) == pytest.approx(2.5)
+    assert parse_rates("0.8, 0.5,0.2", "--spec-acceptance") == rates
+    with pytest.raises(ValueError, match="--spec-acceptance.*non-increasing"):
+        parse_rates("0.2,0.5", "--spec-acceptance")
+
+
+# -- the simulator's verification step ------------------------------------------------------
+def _run_one(engine: SimEngine, prompt: int, max_tokens: int) -> tuple[int, list[int]]:
+    engine.add("r", tuple(range(prompt)), max_tokens, 0.0)
+    steps, emitted, t = 0, [], 0.0
+    while engine.has_work():
+        r = engine.step(t)
+        t += r.duration_s
+        steps += 1
+        emitted += [e.num_tokens for e in r.events]
+    return steps, emitted
+
+
+def test_batch_one_full_acceptance_gives_k_plus_one_tokens_per_step_at_one_reads_cost() -> None:
+    k = 4
+    spec_engine = build_engine("Qwen/Qwen3-14B", "H200", None, ARGS, None, True, None, _ngram(k, [1.0] * k))
+    steps, emitted = _run_one(spec_engine, 100, 1 + 5 * 12)
+    assert steps == 13 and emitted == [1] + [k + 1] * 12  # prefill, then 12 verifications
+    counters = spec_engine.stats.spec_decode
+    assert (counters.num_drafts, counters.num_draft_tokens, counters.num_accepted_tokens) == (12, 48, 48)
+    # One verification reads the weights once: its GEMMs cost what a one-token decode's do
+    # (M = 5 rows stays on the weight-read floor), whatever the extra rows.
+    ops = spec_engine.cost.ops
+    assert ops.tokens_s(ops.padded(k + 1)) == pytest.approx(ops.tokens_s(ops.padded(1)), rel=0.03)
+
+
+def test_rejected_drafts_give_their_kv_slots_back() -> None:
+    cfg = SimConfig(num_gpu_blocks=64, block_size=16, max_num_seqs=4, max_num_batched_tokens=256,
+                    max_model_len=512, async_scheduling=False, speculative=_ngram(3, [0.0, 0.0, 0.0]))
+    engine = SimEngine(cfg, AffineCost(step_s=1e-3))
+    engine.add("r", tuple(range(20)), 6, 0.0)
+    engine.step(0.0)  # prefill: 1 token, then a 3-token draft
+    req = engine.scheduler.running[0]
+    assert (req.num_output, req.num_computed, req.num_draft) == (1, 20, 3)
+    step = engine.scheduler.schedule()
+    assert step.num_new == [4] and step.draft_tokens == 3 and step.drafting_seqs == 1
+    req.accepted = 0
+    engine.scheduler.finish_step(step)
+    # all 3 drafts rejected: one token out, the KV of the verified input only
+    assert (req.num_output, req.num_computed, req.num_new_output) == (2, 21, 1)
+
+
+def test_simulated_acceptance_matches_the_configured_rates() -> None:
+    rates = [0.9, 0.6, 0.3]
+    engine = build_engine("Qwen/Qwen3-4B", "H200", None, ARGS, None, True, None, _ngram(3, rates))
+    for i in range(64):
+        engine.add(f"r{i}", tuple(range(i * 1000, i * 1000 + 50)), 200, 0.0)
+    t = 0.0
+    while engine.has_work():
+        t += engine.step(t).duration_s
+    c = engine.stats.spec_decode
+    measured = spec_decode_stats(c.num_drafts, c.num_draft_tokens, c.num_accepted_tokens,
+                                 tuple(float(x) for x in c.accepted_per_pos))
+    assert measured.num_drafts > 3000
+    for got, want in zip(measured.per_position_acceptance, rates):
+        assert got == pytest.approx(want, abs=0.03)
+    # 64 x 200 tokens: the first of each from its prefill, the rest 1 + accepted per draft
+    assert 64 + measured.num_drafts + measured.accepted_tokens >= 64 * 200
+
+
+def test_ngram_and_draft_models_lose_async_scheduling_eagle_keeps_it() -> None:
+    ngram = build_engine("Qwen/Qwen3-4B", "H200", None, ARGS, None, True, None, _ngram(2, [0.5, 0.2]))
+    eagle = build_engine("Qwen/Qwen3-4B", "H200", None, ARGS, None, True, None,
+                         SpeculativeConfig(method="eagle", model="no/such-head", num_speculative_tokens=2,
+                                           acceptance=[0.5, 0.2]))
+    assert ngram.config.async_scheduling is False and eagle.config.async_scheduling is True
+
+
+def test_the_simulator_needs_an_acceptance() -> None:
+    with pytest.raises(ServelabError, match="--spec-acceptance"):
+        build_engine("Qwen/Qwen3-4B", "H200", None, ARGS, None, True, None, _ngram(2))
+
+
+# -- the planner: drafter weights and KV ------------------------------------------------------
+def test_a_draft_model_takes_its_weights_and_joins_every_kv_block() -> None:
+    target, draft = load_model("Qwen/Qwen3-14B"), load_model("Qwen/Qwen3-0.6B")
+    alone = plan_memory(target, H200, ARGS)
+    both = plan_memory(target, H200, ARGS, draft=draft)
+    w_draft = loaded_weights_bytes(draft, ARGS)
+    per_token = kv_bytes_per_token_per_gpu(target, "auto", 1, 1) + kv_bytes_per_token_per_gpu(draft, "auto", 1, 1)
+    assert both.draft_weights_gib == pytest.approx(w_draft / GIB)
+    assert both.kv_bytes_per_token_per_gpu == per_token
+    assert both.num_gpu_blocks == math.floor((alone.kv_cache_gib * GIB - w_draft) / (per_token * 16))
+
+
+# -- where speculation pays ----------------------------------------------------------------------
+def test_the_crossover_comes_from_the_cost_model() -> None:
+    base = build_engine("Qwen/Qwen3-14B", "H200", None, ARGS, None)
+    never = build_engine("Qwen/Qwen3-14B", "H200", None, ARGS, None, True, None, _ngram(2, [0.0, 0.0]))
+    assert PayoffModel(base.cost, never.cost, (0.0, 0.0)).crossover(500, 1024) == 1
+    half = build_engine("Qwen/Qwen3-14B", "H200", None, ARGS, None, True, None, _ngram(1, [0.5]))
+    model = PayoffModel(base.cost, half.cost, (0.5,))
+    p = model.at(1, 500)
+    step = ScheduledStep([], [], 1, 500, 0, 0, 0, 0)
+    verify = ScheduledStep([], [], 1, 500, 0, 0, 0, 0, 1, 1)
+    assert p.speedup == pytest.approx(1.5 * base.cost.step_duration_s(step) / half.cost.step_duration_s(verify))
+    cross = model.crossover(500, 1024)
+    assert cross is not None and 1 < cross <= 1024
+    assert model.at(cross - 1, 500).speedup >= 1.0 > model.at(cross, 500).speedup
+
+
+# -- counters: vLLM's /metrics text, the simulator's, the report ----------------------------------
+def test_a_real_vllm_dump_parses_to_its_acceptance() -> None:
+    # vLLM 0.32.0 (CPU build), a tiny random Qwen3 with n-gram drafting, K = 3: four greedy
+    # completions of a repeating prompt; the dump's counters say 20 drafts, 56 draft tokens,
+    # 56 accepted, 20 / 20 / 16 accepted at positions 0 / 1 / 2.
+    text = (ROOT / "tests" / "data" / "vllm-0.32.0-cpu-ngram-metrics.txt").read_text()
+    snap = parse_server_metrics(text, "dump")
+    stats = spec_decode_stats(snap.spec_num_drafts_total, snap.spec_num_draft_tokens_total,
+                              snap.spec_num_accepted_tokens_total, snap.spec_accepted_per_pos_total)
+    assert (stats.num_drafts, stats.draft_tokens, stats.accepted_tokens) == (20, 56, 56)
+    assert stats.acceptance_rate_pct == pytest.approx(100.0)
+    assert stats.acceptance_length == pytest.approx(1 + 56 / 20)
+    assert stats.per_position_acceptance == pytest.approx((1.0, 1.0, 0.8))
+
+
+def test_a_sim_experiment_reports_speed_up_acceptance_advice_and_crossover(tmp_path: Path) -> None:
+    spec = tmp_path / "s.yaml"
+    spec.write_text(
+        "name: s\nengine: sim\nmodel: Qwen/Qwen3-4B\nhardware: {gpu: H200}\n"
+        "arms:\n  - name: base\n    baseline: true\n  - name: ng\n    speculative:\n"
+        "      method: ngram\n      num_speculative_tokens: 4\n      acceptance: [0.8, 0.6, 0.1, 0.02]\n"
+        "workloads: [{name: r, dataset_name: random, random_input_len: 256, random_output_len: 64}]\n"
+        "loads: {concurrency: [1, 8], num_prompts: {per_concurrency: 4, min: 8, max: 32}}\n")
+    out = tmp_path / "out"
+    proc = run_servelab("run", str(spec), "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    cell = json.loads((out / "cells" / "ng" / "r" / "c8.json").read_text())
+    res = cell["result"]
+    assert res["spec_decode_num_drafts"] > 0
+    assert len(res["spec_decode_per_position_acceptance_rates"]) == 4
+    md = (out / "report.md").read_text()
+    assert "r: speculative arm ng vs base" in md and "r: where ng pays" in md
+    line = next(x for x in md.splitlines() if x.startswith("- ng on r:"))
+    assert "advised K" in line and "decode batch" in line
+    # at batch 1 verifying more rows is free (the step reads the weights either way), so
+    # every position pays; at batch 8 the 2 % tail no longer does
+    assert "advised K 4 at c1, 3 at c8" in line
+
+
+def test_sim_run_flags_report_the_acceptance(tmp_path: Path) -> None:
+    proc = run_servelab("sim", "run", "--model", "Qwen/Qwen3-4B", "--gpu", "H200", "--dataset-name",
+                        "random", "--random-input-len", "128", "--random-output-len", "32",
+                        "--num-prompts", "8", "--max-concurrency", "2", "--speculative-config",
+                        '{"method": "ngram", "num_speculative_tokens": 2}', "--spec-acceptance", "1,1")
+    assert proc.returncode == 0, proc.stderr
+    assert "Speculative Decoding" in proc.stdout
+    assert "Acceptance length:                       3.00" in proc.stdout
+    bad = run_servelab("sim", "run", "--model", "Qwen/Qwen3-4B", "--gpu", "H200", "--dataset-name",
+                       "random", "--num-prompts", "4", "--spec-acceptance", "0.5")
+    assert bad.returncode != 0 and "--spec-acceptance needs --speculative-config" in bad.stderr
+    assert "Traceback" not in bad.stderr
