@@ -170,6 +170,19 @@ def _spec_decode(samples: tuple[TimedSnapshot, ...]) -> SpecDecodeStats | None:
     return spec_decode_stats(drafts, proposed, accepted, per_pos)
 
 
+def stored_spec_decode(result: dict[str, Any], servers: list[dict[str, Any]]) -> SpecDecodeStats | None:
+    """A stored cell's speculative decoding: its result's vLLM keys, else (cells stored
+    before the result carried them) its server series' counters summed over replicas."""
+    if "spec_decode_num_drafts" in result:
+        drafts = float(result["spec_decode_num_drafts"])
+        per_pos = tuple(float(x) * drafts for x in result.get("spec_decode_per_position_acceptance_rates") or ())
+        return spec_decode_stats(drafts, float(result["spec_decode_draft_tokens"]),
+                                 float(result["spec_decode_accepted_tokens"]), per_pos)
+    found = [s.get("spec_decode") for s in servers if isinstance(s, dict)]
+    return combine_spec_decode([SpecDecodeStats(**{**d, "per_position_acceptance": tuple(d["per_position_acceptance"])})
+                                for d in found if d])
+
+
 def combine_spec_decode(stats: list[SpecDecodeStats | None]) -> SpecDecodeStats | None:
     """Several replicas' speculative decoding as one engine's (counters summed)."""
     got = [s for s in stats if s is not None]

@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from servelab.report.data import ExperimentData, load_experiment
 from servelab.experiment.spec import ExperimentSpec
 from servelab.report.diagnose import ArmDiagnosis, diagnose_arms
@@ -58,11 +60,22 @@ def _intro(data: ExperimentData) -> tuple[str, ...]:
     return tuple(lines)
 
 
+def _speculation(data: ExperimentData) -> tuple[list[Table], list[str]]:
+    """The speculative-decoding section, when some arm speculates."""
+    if not any(a.spec.get("speculative") for a in data.arms):
+        return [], []
+    try:
+        spec = ExperimentSpec.from_stored(data.manifest["spec"])
+    except ValidationError as exc:
+        return [], [f"speculative arms: the manifest's spec does not validate "
+                    f"({exc.errors()[0]['loc']}: {exc.errors()[0]['msg']}), no payoff computed."]
+    return speculation_section(data, spec, data.manifest.get("gpu"))
+
+
 def build_report(root: Path, plots: bool = True) -> Report:
     """The report of the experiment in `root`."""
     data = load_experiment(root)
-    spec_tables, spec_lines = speculation_section(data, ExperimentSpec.from_stored(data.manifest["spec"]),
-                                                  data.manifest.get("gpu"))
+    spec_tables, spec_lines = _speculation(data)
     return Report(
         title=f"servelab report: {data.manifest['spec']['name']}",
         intro=_intro(data),

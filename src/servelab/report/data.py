@@ -16,6 +16,7 @@ from typing import Any
 from servelab.diagnosis import RooflineStep
 from servelab.errors import ServelabError
 from servelab.experiment.store import ArmStatus, ExperimentStore, read_json
+from servelab.metrics.scrape import stored_spec_decode
 from servelab.metrics.server_figures import ServerFigures
 
 
@@ -142,25 +143,30 @@ def cell_figures(data: dict[str, Any]) -> CellFigures:
         itls_ms=tuple(g * 1e3 for row in (res.get("itls") or []) for g in row),
         server=server, roofline=RooflineStep.of(data.get("roofline")),
         trap_notes=tuple((res.get("servelab") or {}).get("trap_notes") or ()),
-        mean_input_len=res["total_input_tokens"] / res["completed"] if res["completed"] else 0.0,
-        mean_output_len=res["total_output_tokens"] / res["completed"] if res["completed"] else 0.0,
-        spec=_spec_figures(res),
+        mean_input_len=_per_request(res, "total_input_tokens"),
+        mean_output_len=_per_request(res, "total_output_tokens"),
+        spec=_spec_figures(res, data.get("servers") or []),
     )
 
 
-def _spec_figures(res: dict[str, Any]) -> SpecFigures | None:
-    if "spec_decode_num_drafts" not in res:
+def _per_request(res: dict[str, Any], key: str) -> float:
+    """Tokens per completed request (0 for a file without the key or any completion)."""
+    done = res.get("completed") or 0
+    return float(res.get(key) or 0) / done if done else 0.0
+
+
+def _spec_figures(res: dict[str, Any], servers: list[dict[str, Any]]) -> SpecFigures | None:
+    sd = stored_spec_decode(res, servers)
+    if sd is None:
         return None
-    drafts, accepted = int(res["spec_decode_num_drafts"]), int(res["spec_decode_accepted_tokens"])
     # Decode steps per request: every output token after the first comes from one, less
     # the accepted drafts, which ride along in a verification step.
-    steps = res["total_output_tokens"] - res["completed"] - accepted
+    steps = res["total_output_tokens"] - res["completed"] - sd.accepted_tokens
     return SpecFigures(
-        acceptance_rate_pct=float(res["spec_decode_acceptance_rate"]),
-        acceptance_length=float(res["spec_decode_acceptance_length"]),
-        per_position=tuple(float(x) for x in res.get("spec_decode_per_position_acceptance_rates") or ()),
-        num_drafts=drafts, draft_tokens=int(res["spec_decode_draft_tokens"]), accepted_tokens=accepted,
-        proposal_rate=min(1.0, drafts / steps) if steps > 0 else None)
+        acceptance_rate_pct=sd.acceptance_rate_pct, acceptance_length=sd.acceptance_length,
+        per_position=sd.per_position_acceptance, num_drafts=sd.num_drafts,
+        draft_tokens=sd.draft_tokens, accepted_tokens=sd.accepted_tokens,
+        proposal_rate=min(1.0, sd.num_drafts / steps) if steps > 0 else None)
 
 
 def load_experiment(root: Path) -> ExperimentData:

@@ -148,7 +148,7 @@ def payoff_table(data: ExperimentData, spec: ExperimentSpec, arm: str, workload:
     table = Table(f"{workload}: where {arm} pays (simulated with the measured acceptance)",
                   ("load", "decode batch", "sim speed-up", "measured speed-up", "sim base ms/token",
                    "sim spec ms/token", "best K"), tuple(rows),
-                  note=(f"Steady-state decode at the cell's mean decode batch (running requests), "
+                  note=(f"Steady-state decode at the cell's concurrency as its decode batch, "
                         f"{context:,.0f}-token contexts, from the simulator's kernel times and "
                         "residual; best K: the draft length with the most tokens per second "
                         "there.")) if rows else None
@@ -156,9 +156,9 @@ def payoff_table(data: ExperimentData, spec: ExperimentSpec, arm: str, workload:
 
 
 def _batch(c: CellFigures) -> int:
-    """The decode batch a cell ran at: its mean running requests, else its concurrency."""
-    running = c.server.mean_running
-    return max(1, round(running)) if running else max(1, c.concurrency or 1)
+    """The decode batch a cell ran at: its concurrency (the scraped mean of running
+    requests is too coarse for cells of a few seconds; see docs/speculative.md)."""
+    return max(1, c.concurrency or 1)
 
 
 def _advice(cross: int | None, limit: int, measured: list[tuple[int, float]],

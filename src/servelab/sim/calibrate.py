@@ -214,15 +214,16 @@ def nelder_mead(f: Callable[[np.ndarray], float], x0: np.ndarray, step: float,
     return simplex[best], values[best], evals
 
 
-def _encode(cal: Calibration) -> np.ndarray:
+def _encode(cal: Calibration, params: Sequence[str]) -> np.ndarray:
     # log space: every parameter is positive and a relative step means the same for each
-    return np.array([math.log(max(getattr(cal, name), 1e-3)) for name in _PARAMS])
+    return np.array([math.log(max(getattr(cal, name), 1e-3)) for name in params])
 
 
-def _decode(x: np.ndarray, base: Calibration) -> Calibration:
-    values = {name: math.exp(z) for name, z in zip(_PARAMS, x)}
-    lo, hi = _SCALE_BOUNDS
-    values["gpu_time_scale"] = min(hi, max(lo, values["gpu_time_scale"]))
+def _decode(x: np.ndarray, base: Calibration, params: Sequence[str]) -> Calibration:
+    values = {name: math.exp(z) for name, z in zip(params, x)}
+    if "gpu_time_scale" in values:
+        lo, hi = _SCALE_BOUNDS
+        values["gpu_time_scale"] = min(hi, max(lo, values["gpu_time_scale"]))
     return base.model_copy(update=values)
 
 
@@ -251,14 +252,16 @@ def _pct(sim: float, meas: float) -> float:
 
 
 def calibrate(opts: SimOptions, targets: Sequence[Target], max_evals: int = 60,
-              progress: Callable[[str], None] | None = None) -> CalibrationFit:
-    """Fit `_PARAMS` of `opts`' calibration (starting from the GPU class defaults); a target
-    with `options` is simulated on its own deployment with the trial calibration."""
+              progress: Callable[[str], None] | None = None,
+              params: Sequence[str] = _PARAMS) -> CalibrationFit:
+    """Fit `params` of `opts`' calibration (default `_PARAMS`; starting from `opts`'
+    calibration, else the GPU class defaults), the other fields held; a target with
+    `options` is simulated on its own deployment with the trial calibration."""
     base = opts.resolved_calibration
-    prior = _encode(base)
+    prior = _encode(base, params)
 
     def objective(x: np.ndarray) -> float:
-        cal = _decode(x, base)
+        cal = _decode(x, base, params)
         err = PRIOR_WEIGHT * float(np.sum((x - prior) ** 2))
         for t in targets:
             sim = simulated_metrics(_trial(opts, t, cal), t)
@@ -270,7 +273,7 @@ def calibrate(opts: SimOptions, targets: Sequence[Target], max_evals: int = 60,
     x, fx, evals = nelder_mead(objective, prior, 0.3, max_evals)
     if progress is not None:
         progress(f"objective {fx:.5f} after {evals} simulations")
-    best = _decode(x, base)
+    best = _decode(x, base, params)
     fit = CalibrationFit(best, evals=evals)
     errors: dict[str, float] = {}
     for t in targets:

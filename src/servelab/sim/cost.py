@@ -105,6 +105,9 @@ class Calibration(BaseModel):
         "CPU time per step that synchronous scheduling exposes (schedule, inputs, outputs)"))
     sync_per_seq_us: float = Field(0.0, ge=0, description=(
         "the same per scheduled sequence"))
+    spec_per_seq_us: float = Field(0.0, ge=0, description=(
+        "CPU time per sequence per step with speculative decoding (vLLM's V1 model runner: "
+        "proposer, rejection-sampler inputs, draft bookkeeping)"))
     fitted_on: tuple[str, ...] = ()
     fit_error_pct: dict[str, float] = Field(default_factory=dict)
     held_out_error_pct: dict[str, float] = Field(default_factory=dict)
@@ -130,7 +133,10 @@ class Calibration(BaseModel):
 # calibrate`'s function on the cells of two models (Qwen3-4B, Llama-3.1-8B: random 1024/128
 # at c1/c32/c64, ShareGPT at rate 10 and c64; real vLLM 0.25.1), the other four models of
 # that run held out (docs/validation/sim-transfer-2026-12-01: `simcheck.py --fit`, which
-# writes cal-h200.json). L40S: no profile and no CPU figures of its host; the seeds' row
+# writes cal-h200.json). The H200's sync_* and spec_per_seq_us: fitted by the same function
+# on one arm each of docs/validation/spec-decode-2026-12-01 (simcheck.py: the synchronous
+# baseline, then n-gram K = 2; the other speculative arms held out). L40S: no profile and no
+# CPU figures of its host (sync and speculation costs 0: not measured); the seeds' row
 # (docs/simulator.md, "Validation") with the H200 host's launch and frontend costs.
 DEFAULT_CALIBRATIONS: dict[str, Calibration] = {
     "L40S": Calibration(gpu_class="L40S", step_overhead_ms=2.44, per_seq_us=20.0,
@@ -141,7 +147,11 @@ DEFAULT_CALIBRATIONS: dict[str, Calibration] = {
                         per_seq_us=7.34, launch_us=96.9, request_overhead_ms=7.39,
                         frontend_us_per_prompt_token=3.70,
                         frontend_us_per_output_token=108.2,
-                        fitted_on=("H200 vLLM 0.25.1: Qwen3-4B, Llama-3.1-8B (10 cells)",)),
+                        sync_step_overhead_ms=2.081, sync_per_seq_us=16.70,
+                        spec_per_seq_us=24.47,
+                        fitted_on=("H200 vLLM 0.25.1: Qwen3-4B, Llama-3.1-8B (10 cells)",
+                                   "sync_*: Qwen3-14B --no-async-scheduling (8 cells)",
+                                   "spec_per_seq_us: Qwen3-14B n-gram K=2 (8 cells)")),
 }
 _CLASS_FALLBACK = "H200"
 _PCIE_CLASSES = ("L40", "L4", "A10", "A40", "RTX", "T4")
@@ -196,7 +206,8 @@ class OperatorCostModel:
         self._launch_s = cal.launch_us * 1e-6
         sync = not async_scheduling
         self._step_s = (cal.step_overhead_ms + (cal.sync_step_overhead_ms if sync else 0.0)) * 1e-3
-        self._seq_s = (cal.per_seq_us + (cal.sync_per_seq_us if sync else 0.0)) * 1e-6
+        self._seq_s = (cal.per_seq_us + (cal.sync_per_seq_us if sync else 0.0)
+                       + (cal.spec_per_seq_us if spec is not None else 0.0)) * 1e-6
         self._ptok_s = cal.per_prefill_token_us * 1e-6
         # one stage's activations to the next: M x hidden bf16 over the link
         link = gpu.interconnect

@@ -10,6 +10,7 @@ calibration can be fitted across arms and workloads in one call.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -18,9 +19,11 @@ from typing import Any
 from pydantic import ValidationError
 
 from servelab.errors import ServelabError
+from servelab.metrics.scrape import stored_spec_decode
 from servelab.sim.calibrate import FIT_METRICS, Target
 from servelab.sim.runner import PreparedWorkload, prepare_workload
 from servelab.sim.setup import SimOptions
+from servelab.speculation import SpeculativeConfig
 from servelab.workload.arrivals import ArrivalOptions
 
 
@@ -73,7 +76,26 @@ def arm_options(spec: Any, arm: Any, override: tuple[str, str | None] | None,
                       # Direct arms are simulated split, as the client splits them
                       # (`Target.direct`); the policy is then unused.
                       router_policy="round_robin" if arm.routing == DIRECT else arm.routing,
-                      async_scheduling=async_scheduling)
+                      async_scheduling=async_scheduling and args.async_scheduling,
+                      speculative=arm.speculative)
+
+
+def measured_speculation(spec: SpeculativeConfig, result: dict[str, Any],
+                         servers: list[dict[str, Any]]) -> SpeculativeConfig:
+    """`spec` with the acceptance a measured cell counted (per position, padded with 0 to
+    K) and its share of drafted decode steps: the simulator then draws what vLLM accepted."""
+    k = spec.num_speculative_tokens
+    sd = stored_spec_decode(result, servers)
+    rates = list(sd.per_position_acceptance[:k]) if sd is not None else []
+    rates = [min(r, rates[i - 1]) if i else r for i, r in enumerate(rates)]  # rounding noise
+    rates += [0.0] * (k - len(rates))
+    share = 1.0
+    if sd is not None and sd.num_drafts > 0:
+        steps = float(result["total_output_tokens"]) - float(result["completed"]) - sd.accepted_tokens
+        share = min(1.0, sd.num_drafts / steps) if steps > 0 else 1.0
+    return SpeculativeConfig.model_validate({
+        **spec.model_dump(exclude={"rejection_sample_method", "synthetic_acceptance_rates"}),
+        "acceptance": rates, "proposal_rate": max(share, 1e-6)})
 
 
 def _rate(value: Any) -> float:
@@ -118,6 +140,10 @@ def experiment_targets(root: Path, arms: Sequence[str] = (), loads: Sequence[str
         if arm not in options:
             options[arm] = arm_options(spec, spec.arm(arm), (arm_models or {}).get(arm),
                                        async_scheduling)
+        opts = options[arm]
+        if opts.speculative is not None:  # the acceptance this cell measured
+            opts = dataclasses.replace(opts, speculative=measured_speculation(
+                opts.speculative, result, data.get("servers") or []))
         key = (workload, load)
         if key not in prepared:
             extras = result.get("servelab") or {}
@@ -130,7 +156,7 @@ def experiment_targets(root: Path, arms: Sequence[str] = (), loads: Sequence[str
         conc = cell.get("max_concurrency")
         targets.append(Target(f"{arm}/{workload}/{load}", measured, prepared[key], int(cell["seed"]),
                               int(conc) if conc else None, int(cell.get("num_warmups") or 0),
-                              options[arm], direct=spec.arm(arm).routing == DIRECT))
+                              opts, direct=spec.arm(arm).routing == DIRECT))
     for load in loads:
         if load not in seen_loads:
             raise ServelabError(f"--cells {load}: the experiment has loads {', '.join(sorted(seen_loads))}")

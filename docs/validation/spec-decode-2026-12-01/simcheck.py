@@ -1,0 +1,109 @@
+"""Measured vs simulated, per cell, for the speculative-decoding run (issue 17).
+
+    .venv/bin/python docs/validation/spec-decode-2026-12-01/simcheck.py EXPERIMENT_DIR [--fit-arm sync]
+
+Every cell of the experiment (`servelab run examples/h200-spec.yaml`) is re-simulated with
+its own prompts, seed, load and warm-ups on its arm's deployment; a speculative arm's cell
+with the acceptance that cell measured (per position, and the share of decode steps that
+drafted: `servelab.sim.experiment_targets.measured_speculation`). The one new residual,
+the CPU time per step that synchronous scheduling exposes (`sync_step_overhead_ms`,
+`sync_per_seq_us`), is fitted with `--fit-arm` on that arm's cells only (the non-speculative
+`sync` arm: vLLM with --no-async-scheduling), then the CPU time per sequence that the V1
+model runner spends on speculation (`spec_per_seq_us`) on the cells of `--spec-fit-arm`
+(ngram-k2) only; every other figure is the shipped H200 default, and the other speculative
+arms (ngram-k6, draft-k4) are held out of every fit. Writes simcheck.json and table.md here.
+
+The cells name the model, tokenizer and ShareGPT file at their device paths
+(/tmp/gpu-x/payload/...): link the kit's payload there (`ln -sfn $PWD/.gpu/dl/payload
+/tmp/gpu-x/payload`) and give the draft a directory with its config
+(`mkdir -p /tmp/gpu-x/payload/qwen3-0.6b && cp src/servelab/data/models/qwen3-0.6b.json
+/tmp/gpu-x/payload/qwen3-0.6b/config.json`, what `dev.sh modeldir` made on the device).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+from pathlib import Path
+
+from servelab.sim.calibrate import calibrate, evaluate
+from servelab.sim.cost import default_calibration
+from servelab.sim.experiment_targets import experiment_targets
+from servelab.storage import write_atomic
+
+HERE = Path(__file__).resolve().parent
+METRICS = ("output_throughput", "mean_tpot_ms", "mean_ttft_ms")
+SYNC_PARAMS = ("sync_step_overhead_ms", "sync_per_seq_us")
+
+
+def _pct(sim: float, meas: float) -> float:
+    return 100.0 * (sim - meas) / meas
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("experiment", type=Path)
+    ap.add_argument("--fit-arm", default="sync")
+    ap.add_argument("--spec-fit-arm", default="ngram-k2")
+    ap.add_argument("--max-evals", type=int, default=30)
+    ap.add_argument("--out", type=Path, default=HERE)
+    a = ap.parse_args()
+    targets = experiment_targets(a.experiment)
+    for t in targets:
+        t.measured = {k: v for k, v in t.measured.items() if k in METRICS}
+    opts = targets[0].options
+    assert opts is not None
+    base = default_calibration(opts.gpu)
+    fit_set = [t for t in targets if t.name.split("/")[0] == a.fit_arm]
+    cal = base
+    if fit_set:
+        start = base.model_copy(update={"sync_step_overhead_ms": 0.5, "sync_per_seq_us": 10.0})
+        fit = calibrate(dataclasses.replace(opts, calibration=start), fit_set, a.max_evals,
+                        params=SYNC_PARAMS)
+        cal = fit.calibration
+    spec_set = [t for t in targets if t.name.split("/")[0] == a.spec_fit_arm]
+    if spec_set:
+        start = cal.model_copy(update={"spec_per_seq_us": 20.0})
+        fit = calibrate(dataclasses.replace(opts, calibration=start), spec_set, a.max_evals,
+                        params=("spec_per_seq_us",))
+        cal = fit.calibration
+        fit_set = fit_set + spec_set
+    rows = evaluate(opts, targets, cal)
+    cells: dict[str, dict[str, dict[str, float]]] = {}
+    for name, metric, meas, sim in rows:
+        cells.setdefault(name, {})[metric] = {"measured": meas, "simulated": sim,
+                                              "error_pct": round(_pct(sim, meas), 2)}
+    fitted = {t.name for t in fit_set}
+    lines = ["| cell | set | output tok/s meas | sim | err % | mean TPOT ms meas | sim | err % | "
+             "mean TTFT ms meas | sim | err % |", "|---|---|" + "---:|" * 9]
+    summary: dict[str, list[float]] = {}
+    for name, m in cells.items():
+        arm = name.split("/")[0]
+        role = "fit" if name in fitted else (f"{arm}, held out" if arm.startswith(("ngram", "draft", "eagle"))
+                                             else "not spec")
+        vals = []
+        for k in METRICS:
+            e = m.get(k)
+            vals += ([f"{e['measured']:,.2f}", f"{e['simulated']:,.2f}", f"{e['error_pct']:+.1f}"]
+                     if e else ["-", "-", "-"])
+            if e:
+                summary.setdefault(f"{role}:{k}", []).append(abs(e["error_pct"]))
+        lines.append(f"| {name} | {role} | " + " | ".join(vals) + " |")
+    lines += ["", "| set: metric | cells | mean abs error % | max % | within 15 % |", "|---|---:|---:|---:|---:|"]
+    for key, errs in sorted(summary.items()):
+        lines.append(f"| {key} | {len(errs)} | {sum(errs) / len(errs):.1f} | {max(errs):.1f} | "
+                     f"{sum(e <= 15 for e in errs)}/{len(errs)} |")
+    lines += ["", f"Residual: the shipped H200 default with sync_step_overhead_ms "
+              f"{cal.sync_step_overhead_ms:.3f}, sync_per_seq_us {cal.sync_per_seq_us:.2f} "
+              f"(fitted on the cells of arm {a.fit_arm}) and spec_per_seq_us "
+              f"{cal.spec_per_seq_us:.2f} (fitted on the cells of arm {a.spec_fit_arm})."]
+    write_atomic(a.out / "table.md", ("\n".join(lines) + "\n").encode())
+    write_atomic(a.out / "simcheck.json", (json.dumps({
+        "calibration": cal.model_dump(mode="json"), "fit_arm": a.fit_arm, "cells": cells},
+        indent=1) + "\n").encode())
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
