@@ -281,3 +281,20 @@ def test_sim_run_flags_report_the_acceptance(tmp_path: Path) -> None:
                        "random", "--num-prompts", "4", "--spec-acceptance", "0.5")
     assert bad.returncode != 0 and "--spec-acceptance needs --speculative-config" in bad.stderr
     assert "Traceback" not in bad.stderr
+
+
+def test_the_experiment_planner_counts_a_draft_arms_drafter(tmp_path: Path) -> None:
+    from servelab.experiment.planning import ArmPlanner
+
+    path = tmp_path / "s.yaml"
+    path.write_text(
+        "name: s\nengine: sim\nmodel: Qwen/Qwen3-14B\nhardware: {gpu: H200}\n"
+        "arms:\n  - name: base\n  - name: d\n    speculative:\n      method: draft_model\n"
+        "      model: Qwen/Qwen3-0.6B\n      num_speculative_tokens: 2\n      acceptance: [0.5, 0.2]\n"
+        "workloads: [{name: r, dataset_name: random}]\nloads: {concurrency: [1]}\n")
+    spec = load_spec(path)
+    base = ArmPlanner.for_arm(spec, spec.arm("base"), "H200").memory()
+    draft = ArmPlanner.for_arm(spec, spec.arm("d"), "H200").memory()
+    assert base.draft_weights_gib == 0.0
+    assert draft.weights_gib == pytest.approx(base.weights_gib + draft.draft_weights_gib)
+    assert draft.kv_bytes_per_token_per_gpu == base.kv_bytes_per_token_per_gpu + 114_688  # 28 x 8 x 128 x 2 x 2 B

@@ -24,6 +24,7 @@ from servelab.plan import EngineArgs, MemoryPlan, plan_memory
 from servelab.plan.roofline import decode_ceiling_tok_s, decode_step
 from servelab.sim.cost import kernel_times
 from servelab.sim.kernels import FAMILY_NAMES, kernel_family
+from servelab.speculation import draft_geometry
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +34,7 @@ class ArmPlanner:
     model: ModelGeometry
     gpu: GPUSpec
     args: EngineArgs
+    draft: ModelGeometry | None = None  # a speculative drafter's shape (weights and KV)
 
     @classmethod
     def for_arm(cls, spec: ExperimentSpec, arm: ArmSpec, gpu_name: str | None) -> ArmPlanner:
@@ -48,10 +50,16 @@ class ArmPlanner:
             if arm.model is not None or name == spec.model.name:
                 raise
             model = load_model(spec.model.name, arm.quantization)
-        return cls(model, get_gpu(gpu_name), planner_args(spec, arm, strict=spec.engine == "sim"))
+        draft = None
+        if arm.speculative is not None:
+            try:
+                draft = draft_geometry(arm.speculative, model)
+            except ServelabError as exc:
+                raise ServelabError(f"speculative.model {arm.speculative.model}: {exc}") from None
+        return cls(model, get_gpu(gpu_name), planner_args(spec, arm, strict=spec.engine == "sim"), draft)
 
     def memory(self) -> MemoryPlan:
-        return plan_memory(self.model, self.gpu, self.args)
+        return plan_memory(self.model, self.gpu, self.args, draft=self.draft)
 
     def summary(self) -> dict[str, Any]:
         """What the manifest records: the memory plan and the single-request ceiling."""
