@@ -298,3 +298,28 @@ def test_the_experiment_planner_counts_a_draft_arms_drafter(tmp_path: Path) -> N
     assert base.draft_weights_gib == 0.0
     assert draft.weights_gib == pytest.approx(base.weights_gib + draft.draft_weights_gib)
     assert draft.kv_bytes_per_token_per_gpu == base.kv_bytes_per_token_per_gpu + 114_688  # 28 x 8 x 128 x 2 x 2 B
+
+
+def test_the_sim_server_speculates_over_http_and_logs_vllms_rule(tmp_path: Path) -> None:
+    from conftest import start_sim_server, stop_sim_server
+
+    srv = start_sim_server("--model", "Qwen/Qwen3-4B", "--gpu", "H200", "--time-scale", "50",
+                           "--speculative-config", '{"method": "ngram", "num_speculative_tokens": 2}',
+                           "--spec-acceptance", "1,1")
+    try:
+        assert ("Async scheduling not supported with ngram-based speculative decoding and will "
+                "be disabled.") in srv.text()
+        assert "Asynchronous scheduling is disabled." in srv.text()
+        out = tmp_path / "r.json"
+        proc = run_servelab("bench", "--base-url", srv.url, "--model", "Qwen/Qwen3-4B",
+                            "--dataset-name", "random", "--random-input-len", "64",
+                            "--random-output-len", "31", "--num-prompts", "4", "--max-concurrency", "2",
+                            "--save-result", "--result-filename", str(out))
+        assert proc.returncode == 0, proc.stderr
+        res = json.loads(out.read_text())
+    finally:
+        stop_sim_server(srv)
+    # acceptance 1: after each prefill token, ten verifications of 3 tokens each
+    assert res["spec_decode_num_drafts"] == 4 * 10
+    assert res["spec_decode_acceptance_length"] == pytest.approx(3.0)
+    assert res["total_output_tokens"] == 4 * 31

@@ -50,7 +50,9 @@ def startup_facts(opts: SimOptions, engine: SimEngine, served_model_name: str, l
         quantization=opts.quantization, kv_cache_dtype=str(args.kv_cache_dtype),
         enable_prefix_caching=cfg.enable_prefix_caching, weights_gib=float(mem.weights_gib),
         load_s=load_s, kv_cache_gib=float(mem.kv_cache_gib), kv_cache_tokens=tokens,
-        max_concurrency=float(mem.max_concurrency))
+        max_concurrency=float(mem.max_concurrency),
+        speculative_method=cfg.speculative.method if cfg.speculative is not None else None,
+        async_scheduling=cfg.async_scheduling)
 
 
 def cache_config(opts: SimOptions, engine: SimEngine) -> CacheConfig:

@@ -33,8 +33,14 @@ class VllmLog:
         self._wall = wall
 
     def info(self, process: str, source: str, message: str) -> None:
+        self._line("INFO", process, source, message)
+
+    def warning(self, process: str, source: str, message: str) -> None:
+        self._line("WARNING", process, source, message)
+
+    def _line(self, level: str, process: str, source: str, message: str) -> None:
         stamp = time.strftime("%m-%d %H:%M:%S", time.localtime(self._wall()))
-        self._write(f"({process} pid={self._pid}) INFO {stamp} [{source}] {message}")
+        self._write(f"({process} pid={self._pid}) {level} {stamp} [{source}] {message}")
 
     def plain(self, text: str) -> None:
         """A line without vLLM's prefix (uvicorn's own lines)."""
@@ -61,6 +67,8 @@ class StartupFacts:
     kv_cache_gib: float
     kv_cache_tokens: int
     max_concurrency: float
+    speculative_method: str | None = None
+    async_scheduling: bool = True
 
 
 def log_startup(log: VllmLog, f: StartupFacts) -> None:
@@ -69,6 +77,12 @@ def log_startup(log: VllmLog, f: StartupFacts) -> None:
         log.info("APIServer", "api_utils.py:339", line.format(version=f.version, model=f.model))
     log.info("APIServer", "api_utils.py:273", f"non-default args: {f.non_default_args!r}")
     log.info("APIServer", "model.py:1776", f"Using max model len {f.max_model_len}")
+    if f.speculative_method is not None and not f.async_scheduling:
+        log.warning("APIServer", "vllm.py:1010", (
+            f"Async scheduling not supported with {f.speculative_method}-based speculative "
+            "decoding and will be disabled."))
+    log.info("APIServer", "vllm.py:1042", "Asynchronous scheduling is "
+             + ("enabled." if f.async_scheduling else "disabled."))
     log.info("APIServer", "scheduler.py:252",
              f"Chunked prefill is enabled with max_num_batched_tokens={f.max_num_batched_tokens}.")
     log.info("EngineCore", "core.py:114", (
