@@ -323,3 +323,37 @@ def test_the_sim_server_speculates_over_http_and_logs_vllms_rule(tmp_path: Path)
     assert res["spec_decode_num_drafts"] == 4 * 10
     assert res["spec_decode_acceptance_length"] == pytest.approx(3.0)
     assert res["total_output_tokens"] == 4 * 31
+
+
+def test_a_measured_acceptance_becomes_the_simulators_input() -> None:
+    synthetic = SpeculativeConfig(method="draft_model", model="Qwen/Qwen3-0.6B", num_speculative_tokens=4,
+                                  rejection_sample_method="synthetic",
+                                  synthetic_acceptance_rates=[0.8, 0.7, 0.6, 0.5])
+    # counted rates: one short, one rising by rounding noise
+    got = synthetic.with_measured((0.79, 0.70, 0.701), 0.9)
+    assert got.acceptance == [0.79, 0.70, 0.70, 0.0]
+    assert got.proposal_rate == 0.9
+    assert got.rejection_sample_method is None and got.rates() == (0.79, 0.70, 0.70, 0.0)
+
+
+def test_a_speculative_engine_without_acceptance_is_refused() -> None:
+    cfg = SimConfig(num_gpu_blocks=64, block_size=16, max_num_seqs=4, max_num_batched_tokens=256,
+                    max_model_len=512, speculative=_ngram(2))
+    with pytest.raises(ValueError, match="per-position acceptance"):
+        SimEngine(cfg, AffineCost(step_s=1e-3))
+
+
+def test_a_multi_token_chunk_splits_its_gap_as_the_client_counts_it() -> None:
+    cfg = SimConfig(num_gpu_blocks=64, block_size=16, max_num_seqs=4, max_num_batched_tokens=256,
+                    max_model_len=512, async_scheduling=False, speculative=_ngram(2, [1.0, 1.0]))
+    engine = SimEngine(cfg, AffineCost(step_s=6e-3))
+    from servelab.sim.cluster import Cluster, NetworkCosts
+    from servelab.sim.offline import OfflineRequest, simulate
+
+    run = simulate(Cluster([engine], None, NetworkCosts(0.0, 0.0, 0.0, 0.0)),
+                   [OfflineRequest(0, tuple(range(20)), 7)], [0.0])
+    rec = run.records[0]
+    # prefill step (6 ms) gives token 1; two verifications of 3 tokens, 6 ms each: ITLs 2 ms
+    assert rec.output_len == 7 and rec.ttft_ms == pytest.approx(6.0)
+    assert rec.itl_ms == pytest.approx([2.0] * 6)
+    assert run.spec_decode.num_drafts == 2 and run.spec_decode.acceptance_length == pytest.approx(3.0)

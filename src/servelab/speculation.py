@@ -18,6 +18,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from servelab.errors import ServelabError
 from servelab.models import ModelGeometry, load_model
 
 SpecMethod = Literal["ngram", "draft_model", "eagle", "eagle3", "mtp", "suffix"]
@@ -92,6 +93,21 @@ class SpeculativeConfig(BaseModel):
         """Whether vLLM 0.25.1 keeps asynchronous scheduling with this method."""
         return self.method in ASYNC_METHODS
 
+    def with_measured(self, per_position: tuple[float, ...] | list[float],
+                      proposal_rate: float) -> SpeculativeConfig:
+        """This config with an acceptance vLLM counted (per position, cut or padded with 0
+        to K, rounding noise that rises with the position flattened) and its share of
+        drafted decode steps, for the simulator to draw from; synthetic sampling keys are
+        dropped (what they enforced is now in the counted rates)."""
+        k = self.num_speculative_tokens
+        rates: list[float] = []
+        for r in list(per_position)[:k]:
+            rates.append(min(float(r), rates[-1]) if rates else float(r))
+        rates += [0.0] * (k - len(rates))
+        data = self.model_dump(exclude={"rejection_sample_method", "synthetic_acceptance_rates"})
+        return SpeculativeConfig.model_validate(
+            {**data, "acceptance": rates, "proposal_rate": min(1.0, max(proposal_rate, 1e-6))})
+
     def rates(self) -> tuple[float, ...] | None:
         """The per-position acceptance the simulator draws from: the synthetic rates vLLM
         enforces, else `acceptance`; None when neither is known."""
@@ -153,7 +169,7 @@ def draft_geometry(spec: SpeculativeConfig, target: ModelGeometry) -> ModelGeome
     if spec.model is not None:
         try:
             return load_model(spec.model)
-        except Exception:  # noqa: BLE001 - any unreadable draft falls to the rule below
+        except ServelabError:  # an EAGLE/MTP head without a readable config: the rule below
             if spec.method == "draft_model":
                 raise
     return dataclasses.replace(

@@ -183,6 +183,15 @@ def stored_spec_decode(result: dict[str, Any], servers: list[dict[str, Any]]) ->
                                 for d in found if d])
 
 
+def drafted_share(sd: SpecDecodeStats, total_output_tokens: float, completed: float) -> float | None:
+    """The share of a run's decode steps that carried a draft: every output token after
+    each request's first comes from a decode step, less the accepted drafts, which ride
+    along in a verification step (n-gram drafting proposes only on a match). None when
+    the run had no decode step."""
+    steps = total_output_tokens - completed - sd.accepted_tokens
+    return min(1.0, sd.num_drafts / steps) if steps > 0 else None
+
+
 def combine_spec_decode(stats: list[SpecDecodeStats | None]) -> SpecDecodeStats | None:
     """Several replicas' speculative decoding as one engine's (counters summed)."""
     got = [s for s in stats if s is not None]

@@ -16,7 +16,7 @@ from typing import Any
 from servelab.diagnosis import RooflineStep
 from servelab.errors import ServelabError
 from servelab.experiment.store import ArmStatus, ExperimentStore, read_json
-from servelab.metrics.scrape import stored_spec_decode
+from servelab.metrics.scrape import drafted_share, stored_spec_decode
 from servelab.metrics.server_figures import ServerFigures
 
 
@@ -159,14 +159,11 @@ def _spec_figures(res: dict[str, Any], servers: list[dict[str, Any]]) -> SpecFig
     sd = stored_spec_decode(res, servers)
     if sd is None:
         return None
-    # Decode steps per request: every output token after the first comes from one, less
-    # the accepted drafts, which ride along in a verification step.
-    steps = res["total_output_tokens"] - res["completed"] - sd.accepted_tokens
     return SpecFigures(
         acceptance_rate_pct=sd.acceptance_rate_pct, acceptance_length=sd.acceptance_length,
         per_position=sd.per_position_acceptance, num_drafts=sd.num_drafts,
         draft_tokens=sd.draft_tokens, accepted_tokens=sd.accepted_tokens,
-        proposal_rate=min(1.0, sd.num_drafts / steps) if steps > 0 else None)
+        proposal_rate=drafted_share(sd, res["total_output_tokens"], res["completed"]))
 
 
 def load_experiment(root: Path) -> ExperimentData:

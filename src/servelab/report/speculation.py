@@ -24,7 +24,6 @@ from servelab.report.tables import Table, fmt, ratio
 from servelab.sim.cost import Calibration
 from servelab.sim.engine import build_engine
 from servelab.sim.spec_payoff import PayoffModel
-from servelab.speculation import SpeculativeConfig
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,16 +52,14 @@ def baseline_for(data: ExperimentData) -> str | None:
 
 def pooled_acceptance(cells: list[CellFigures]) -> PooledAcceptance | None:
     """Per-position acceptance over `cells`, each weighted by its drafts."""
-    with_spec = [c for c in cells if c.spec is not None and c.spec.num_drafts > 0 and c.spec.per_position]
-    if not with_spec:
+    counted = [c.spec for c in cells if c.spec is not None and c.spec.num_drafts > 0 and c.spec.per_position]
+    if not counted:
         return None
-    k = max(len(c.spec.per_position) for c in with_spec)  # type: ignore[union-attr]
-    drafts = sum(c.spec.num_drafts for c in with_spec)  # type: ignore[union-attr]
-    rates = tuple(sum(c.spec.per_position[i] * c.spec.num_drafts  # type: ignore[union-attr]
-                      for c in with_spec if i < len(c.spec.per_position)) / drafts  # type: ignore[union-attr]
-                  for i in range(k))
-    steps = sum(c.spec.num_drafts / c.spec.proposal_rate for c in with_spec  # type: ignore[union-attr]
-                if c.spec.proposal_rate)  # type: ignore[union-attr]
+    k = max(len(sd.per_position) for sd in counted)
+    drafts = sum(sd.num_drafts for sd in counted)
+    rates = tuple(sum(sd.per_position[i] * sd.num_drafts for sd in counted if i < len(sd.per_position))
+                  / drafts for i in range(k))
+    steps = sum(sd.num_drafts / sd.proposal_rate for sd in counted if sd.proposal_rate)
     return PooledAcceptance(rates, min(1.0, drafts / steps) if steps > 0 else 1.0)
 
 
@@ -100,11 +97,7 @@ def payoff_model(spec: ExperimentSpec, arm_name: str, base_arm: str, gpu: str,
     """The simulator's payoff model of `arm_name` with the measured acceptance."""
     arm = spec.arm(arm_name)
     assert arm.speculative is not None
-    k = arm.speculative.num_speculative_tokens
-    rates = tuple(acceptance.rates[:k]) + (0.0,) * max(0, k - len(acceptance.rates))
-    sc = SpeculativeConfig.model_validate({
-        **arm.speculative.model_dump(exclude={"synthetic_acceptance_rates", "rejection_sample_method"}),
-        "acceptance": list(rates), "proposal_rate": max(acceptance.proposal_rate, 1e-6)})
+    sc = arm.speculative.with_measured(acceptance.rates, acceptance.proposal_rate)
     args = planner_args(spec, arm, strict=False)
     base_args = planner_args(spec, spec.arm(base_arm), strict=False)
     model, quant = engine_path(spec, arm), arm.quantization

@@ -152,9 +152,12 @@ class SimEngine:
         self._held: list[SchedRequest] = []
         self._prompt_tokens_total = 0
         self._generation_tokens_total = 0
-        spec = config.speculative
-        self.spec = (SpecDecoder(spec, spec.rates() or (), config.seed)
-                     if spec is not None else None)
+        self.spec: SpecDecoder | None = None
+        if config.speculative is not None:
+            rates = config.speculative.rates()
+            if rates is None:
+                raise ValueError("a speculative SimConfig needs its per-position acceptance")
+            self.spec = SpecDecoder(config.speculative, rates, config.seed)
 
     def add_request(self, req: SimRequest) -> None:
         """Queue a request; raises `RequestRejected` (HTTP 400 in vLLM) when

@@ -19,7 +19,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from servelab.errors import ServelabError
-from servelab.metrics.scrape import stored_spec_decode
+from servelab.metrics.scrape import drafted_share, stored_spec_decode
 from servelab.sim.calibrate import FIT_METRICS, Target
 from servelab.sim.runner import PreparedWorkload, prepare_workload
 from servelab.sim.setup import SimOptions
@@ -82,20 +82,13 @@ def arm_options(spec: Any, arm: Any, override: tuple[str, str | None] | None,
 
 def measured_speculation(spec: SpeculativeConfig, result: dict[str, Any],
                          servers: list[dict[str, Any]]) -> SpeculativeConfig:
-    """`spec` with the acceptance a measured cell counted (per position, padded with 0 to
-    K) and its share of drafted decode steps: the simulator then draws what vLLM accepted."""
-    k = spec.num_speculative_tokens
+    """`spec` with the acceptance a measured cell counted and its share of drafted decode
+    steps: the simulator then draws what vLLM accepted."""
     sd = stored_spec_decode(result, servers)
-    rates = list(sd.per_position_acceptance[:k]) if sd is not None else []
-    rates = [min(r, rates[i - 1]) if i else r for i, r in enumerate(rates)]  # rounding noise
-    rates += [0.0] * (k - len(rates))
-    share = 1.0
-    if sd is not None and sd.num_drafts > 0:
-        steps = float(result["total_output_tokens"]) - float(result["completed"]) - sd.accepted_tokens
-        share = min(1.0, sd.num_drafts / steps) if steps > 0 else 1.0
-    return SpeculativeConfig.model_validate({
-        **spec.model_dump(exclude={"rejection_sample_method", "synthetic_acceptance_rates"}),
-        "acceptance": rates, "proposal_rate": max(share, 1e-6)})
+    if sd is None:
+        return spec.with_measured((), 1.0)
+    share = drafted_share(sd, float(result["total_output_tokens"]), float(result["completed"]))
+    return spec.with_measured(sd.per_position_acceptance, share if share is not None else 1.0)
 
 
 def _rate(value: Any) -> float:

@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace, dataclass
 
 from servelab.metrics.records import RequestRecord
-from servelab.metrics.scrape import SpecDecodeStats, spec_decode_stats
+from servelab.metrics.scrape import SpecDecodeStats, combine_spec_decode, spec_decode_stats
 from servelab.router.records import RouteRequest
 from servelab.sim.cluster import Cluster
 from servelab.sim.engine import RequestRejected, SimEngine
@@ -94,16 +94,14 @@ def _spec_counters(cluster: Cluster) -> list[SpecCounters] | None:
 
 def _spec_delta(before: list[SpecCounters] | None,
                 after: list[SpecCounters] | None) -> SpecDecodeStats | None:
-    """What vLLM's counters would say over the measured phase (summed over replicas)."""
+    """What vLLM's counters would say over the measured phase (replicas combined)."""
     if before is None or after is None:
         return None
-    drafts = sum(a.num_drafts - b.num_drafts for a, b in zip(after, before))
-    tokens = sum(a.num_draft_tokens - b.num_draft_tokens for a, b in zip(after, before))
-    accepted = sum(a.num_accepted_tokens - b.num_accepted_tokens for a, b in zip(after, before))
-    k = len(after[0].accepted_per_pos)
-    per_pos = tuple(float(sum(a.accepted_per_pos[i] - b.accepted_per_pos[i] for a, b in zip(after, before)))
-                    for i in range(k))
-    return spec_decode_stats(drafts, tokens, accepted, per_pos)
+    return combine_spec_decode([
+        spec_decode_stats(a.num_drafts - b.num_drafts, a.num_draft_tokens - b.num_draft_tokens,
+                          a.num_accepted_tokens - b.num_accepted_tokens,
+                          tuple(float(x - y) for x, y in zip(a.accepted_per_pos, b.accepted_per_pos)))
+        for a, b in zip(after, before)])
 
 
 class _Flight:
@@ -252,9 +250,8 @@ def _run(cluster: Cluster, requests: Sequence[OfflineRequest], intended_s: Seque
 def _arrive(times: list[float], now: float, k: int) -> None:
     """`k` tokens reached the client in one chunk at `now`: as the client counts a chunk of
     k tokens (k ITLs of gap / k, `servelab.metrics.result`), their times split the gap."""
-    if k == 1 or not times:
-        times.append(now)
-        times.extend([now] * (k - 1))
+    if not times:  # a first chunk: its tokens arrive together (TTFT is the first of them)
+        times.extend([now] * k)
         return
     prev = times[-1]
     gap = (now - prev) / k

@@ -61,7 +61,8 @@ class OfflineOutcome:
 
 
 class TraceWriter:
-    """Per-step JSON lines: replica, start (s), duration (ms), batch, tokens, KV, queues."""
+    """Per-step JSON lines: replica, start (s), duration (ms), batch, tokens (prefill,
+    decode, verified drafts), KV, queues."""
 
     def __init__(self, fh: IO[str]) -> None:
         self._fh = fh
@@ -72,7 +73,8 @@ class TraceWriter:
         self._fh.write(json.dumps({
             "replica": replica, "start_s": round(start_s, 6), "duration_ms": round(duration_s * 1e3, 4),
             "batch_size": len(step.reqs), "prefill_tokens": step.prefill_tokens,
-            "decode_tokens": step.decode_seqs, "kv_usage": round(engine.pool.usage_frac, 5),
+            "decode_tokens": step.decode_seqs, "draft_tokens": step.draft_tokens,
+            "kv_usage": round(engine.pool.usage_frac, 5),
             "running": len(s.running), "waiting": len(s.waiting), "preempted": step.preempted,
         }) + "\n")
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from servelab.sim.cost import OperatorCostModel, SpecCost
 from servelab.sim.scheduler import ScheduledStep
+from servelab.speculation import tokens_per_step
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,7 +81,8 @@ class PayoffModel:
 
     def tokens_per_step(self, k: int) -> float:
         """Tokens one sequence gets per verification step with draft length k."""
-        return 1.0 + self.proposal_rate * float(sum(self.rates[:k]))
+        # with a draft on a share p of the steps, position i yields p x rate[i] tokens
+        return tokens_per_step(tuple(self.proposal_rate * r for r in self.rates), k)
 
     def at(self, concurrency: int, context: float) -> Payoff:
         """The payoff at `concurrency` sequences of `context` tokens."""
