@@ -357,3 +357,13 @@ def test_a_multi_token_chunk_splits_its_gap_as_the_client_counts_it() -> None:
     assert rec.output_len == 7 and rec.ttft_ms == pytest.approx(6.0)
     assert rec.itl_ms == pytest.approx([2.0] * 6)
     assert run.spec_decode.num_drafts == 2 and run.spec_decode.acceptance_length == pytest.approx(3.0)
+
+
+def test_a_sim_spec_arm_without_acceptance_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text(
+        "name: s\nengine: sim\nmodel: Qwen/Qwen3-14B\nhardware: {gpu: H200}\n"
+        "arms:\n  - name: base\n  - name: ng\n    speculative: {method: ngram, num_speculative_tokens: 2}\n"
+        "workloads: [{name: r, dataset_name: random}]\nloads: {concurrency: [1]}\n")
+    with pytest.raises(ServelabError, match=r"s\.yaml:8: arms\[1\]\.speculative: the simulator draws"):
+        load_spec(path)

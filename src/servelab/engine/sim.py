@@ -78,9 +78,8 @@ class SimLauncher(CommandLauncher):
         return {**self.env, **arm.env}
 
     def speculative_args(self, spec: SpeculativeConfig) -> list[str]:
-        """vLLM's JSON and the acceptance the simulator draws from (`rates()`)."""
+        """vLLM's JSON (synthetic rates included) and servelab's `acceptance`, if given."""
         args = ["--speculative-config", spec.engine_json()]
-        rates = spec.rates()
-        if spec.acceptance is not None and rates is not None:
-            args += ["--spec-acceptance", ",".join(repr(r) for r in rates)]
+        if spec.acceptance is not None:
+            args += ["--spec-acceptance", ",".join(repr(r) for r in spec.acceptance)]
         return args

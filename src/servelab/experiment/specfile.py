@@ -154,3 +154,15 @@ def _sim_arm(spec: ExperimentSpec, i: int) -> Iterator[Problem]:
     except ServelabError as exc:
         loc = ("arms", i, "model") if arm.model else ("model", "name")
         yield loc, str(exc)
+    sc = arm.speculative
+    if sc is not None:
+        if sc.rates() is None:
+            yield ("arms", i, "speculative"), ("the simulator draws accepted drafts from `acceptance: "
+                                               "[...]` (one rate per draft position); give it")
+        if arm.pipeline_parallel_size > 1:
+            yield ("arms", i, "speculative"), "the simulator models speculation at pipeline_parallel_size 1"
+        if sc.uses_draft_model and sc.model is not None and sc.method == "draft_model":
+            try:
+                load_model(sc.model)
+            except ServelabError as exc:
+                yield ("arms", i, "speculative", "model"), str(exc)

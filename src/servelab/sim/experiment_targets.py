@@ -33,12 +33,7 @@ def _spec(root: Path) -> Any:
 
     manifest = ExperimentStore(root).read_manifest()
     try:
-        spec = dict(manifest["spec"])
-        # The manifest's normalised workloads carry the dataset default num_prompts, which
-        # a spec refuses (loads set it): drop it.
-        spec["workloads"] = [{k: v for k, v in w.items() if k != "num_prompts"}
-                             for w in spec["workloads"]]
-        return ExperimentSpec.model_validate(spec)
+        return ExperimentSpec.from_stored(manifest["spec"])
     except (KeyError, ValidationError) as exc:
         raise ServelabError(f"{root / 'manifest.json'}: no valid experiment spec ({exc})") from None
 
