@@ -35,6 +35,10 @@ from servelab.sim.kernel_profile import (
 )
 
 
+# Distinct routings a fused-MoE point cycles through (see `time_moe`).
+MOE_ROUTINGS = 8
+
+
 @dataclass(frozen=True, slots=True)
 class ProfileGrid:
     """The shapes timed. `quick` is a smaller grid for a check run (a few seconds)."""
@@ -311,22 +315,28 @@ def _cumsum(xs: Iterable[int]) -> list[int]:
 
 def time_moe(torch, timer: Timer, tokens: int, experts: int, topk: int, hidden: int,
              inter: int) -> float:
-    """Router top-k + vLLM's fused experts (Triton), uniform random routing."""
+    """Router top-k + vLLM's fused experts (Triton), uniform random routing.
+
+    Each call routes afresh (its own gate logits): in a step every MoE layer reads its own
+    experts, so a call must not find the experts the previous call read still in L2 (at one
+    token the 8 experts it touches can be ~100 MB, of the order of the L2 itself)."""
     from vllm.model_executor.layers.fused_moe import fused_experts, fused_topk
 
     dev = "cuda"
     x = _rand(torch, (tokens, hidden), torch.bfloat16, dev)
-    gate = _rand(torch, (tokens, experts), torch.bfloat16, dev)
     per = experts * 3 * hidden * inter * 2
     sets = [(_rand(torch, (experts, 2 * inter, hidden), torch.bfloat16, dev),
              _rand(torch, (experts, hidden, inter), torch.bfloat16, dev))
             for _ in range(max(1, min(4, timer.copies_for(per))))]
+    gates = [_rand(torch, (tokens, experts), torch.bfloat16, dev) for _ in range(MOE_ROUTINGS)]
 
-    def call(w1, w2):
+    def call(gate, w1, w2):
         weights, ids, _ = fused_topk(x, gate, topk, renormalize=True)
         return fused_experts(x, w1, w2, weights, ids)
 
-    return timer.per_call_us([(lambda w1=w1, w2=w2: call(w1, w2)) for w1, w2 in sets])
+    calls = [(lambda g=gates[i % len(gates)], w=sets[i % len(sets)]: call(g, *w))
+             for i in range(max(len(gates), len(sets)))]
+    return timer.per_call_us(calls)
 
 
 def _try(skipped: dict[str, str], family: str, fn: Callable[[], object]) -> object | None:
