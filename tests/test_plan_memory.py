@@ -15,6 +15,7 @@ import pytest
 
 from servelab.hardware.catalog import get_gpu
 from servelab.models import load_model
+from servelab.plan.memory import KVCacheGroups, blocks_per_request, kv_cache_groups
 from servelab.plan import (
     EngineArgs,
     kv_tokens_from_available,
@@ -145,10 +146,33 @@ def test_does_not_fit_reasons():
     assert not too_long.fits and "max_position_embeddings" in too_long.reason
 
 
-def test_sliding_window_concurrency_counts_windows():
-    model = load_model("gemma-3-12b")
+def test_sliding_window_pool_follows_vllms_kv_cache_groups():
+    # vLLM 0.25.1 on an H200 serving gemma-3-12b (docs/validation/sim-transfer-2026-12-01/
+    # results/gemma-3-12b/server.log): "Available KV cache memory: 103.78 GiB", "GPU KV cache
+    # size: 1,257,484 tokens", "Maximum concurrency for 131,072 tokens per request: 9.59x".
+    model = load_model("gemma-3-12b")  # 48 layers: 8 full, 40 with a 1,024-token window
+    groups = kv_cache_groups(model)
+    assert groups == KVCacheGroups(group_size=8, full=1, sliding=5)
+    # a full group holds 131072 / 16 blocks, a sliding one (1023 + 8192) / 16 rounded up, + 1
+    per_request = blocks_per_request(model, groups, 131072, 8192, 16)
+    assert per_request == 8192 + 5 * (576 + 1)
+    page = 2 * 8 * 256 * 2 * 16  # K and V, 8 KV heads x 256, bf16, 16 tokens: 128 KiB
+    low, high = (int(g * 2**30 // page // 8) for g in (103.775, 103.785))  # the log's rounding
+    assert low <= 106_271 <= high
+    assert int(106_271 / per_request * 131072) == 1_257_484
+    assert f"{106_271 / per_request:.2f}" == "9.59"
     plan = plan_memory(model, get_gpu("H100"), EngineArgs(max_model_len=32768))
-    full = plan.kv_cache_tokens / 32768
-    assert plan.max_concurrency == pytest.approx(
-        full * model.kv_bytes_per_token() * 32768 / model.kv_bytes_for_context(32768))
-    assert plan.max_concurrency > 4 * full
+    assert plan.kv_cache_groups == 6
+    assert plan.all_layer_blocks == plan.num_gpu_blocks // 6
+    assert plan.max_concurrency == pytest.approx(plan.num_gpu_blocks / (2048 + 5 * 577))
+    assert plan.kv_cache_tokens == int(plan.max_concurrency * 32768)
+
+
+def test_kv_cache_groups_pad_like_vllm():
+    # vLLM groups by the smaller layer count: gemma-3-27b's 10 full + 52 sliding layers make
+    # 1 + 6 groups of 10 (vLLM warns "Add 8 padding layers, may waste at most 15.38% KV cache
+    # memory"); near-equal counts share the larger size (gpt-oss-20b: 12 + 12)
+    assert kv_cache_groups(load_model("gemma-3-27b")) == KVCacheGroups(group_size=10, full=1, sliding=6)
+    assert kv_cache_groups(load_model("gpt-oss-20b")) == KVCacheGroups(group_size=12, full=1, sliding=1)
+    dense = kv_cache_groups(load_model("Qwen/Qwen3-14B"))
+    assert dense == KVCacheGroups(group_size=40, full=1, sliding=0) and dense.count == 1

@@ -39,6 +39,8 @@ def main() -> None:
             "kv_gib_log": st.available_kv_gib, "kv_gib_plan": round(plan.kv_cache_gib, 3),
             "kv_gib_err_pct": round(100 * (plan.kv_cache_gib - st.available_kv_gib) / st.available_kv_gib, 2),
             "kv_tokens_log": st.kv_cache_tokens, "kv_tokens_plan": plan.kv_cache_tokens,
+            "kv_tokens_err_pct": round(100 * (plan.kv_cache_tokens - st.kv_cache_tokens) / st.kv_cache_tokens, 2),
+            "max_concurrency_log": st.max_concurrency, "max_concurrency_plan": round(plan.max_concurrency, 2),
             "overhead_gib_log": round(plan.budget_gib - (st.model_loading_gib or 0) - st.available_kv_gib, 3),
             "overhead_gib_plan": round(plan.activation_gib + plan.non_torch_gib, 3),
         })

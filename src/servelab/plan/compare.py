@@ -65,7 +65,7 @@ def read_arm(arm: Arm, target_concurrency: int, context_tokens: int) -> ArmReadi
     replicas = args.data_parallel_size
     gpus = replicas * args.tensor_parallel_size * args.pipeline_parallel_size
     per_request = arm.model.kv_bytes_for_context(context_tokens, args.kv_cache_dtype)
-    pool = mem.kv_cache_tokens * arm.model.kv_bytes_per_token(args.kv_cache_dtype)
+    pool = mem.all_layer_blocks * mem.block_size * arm.model.kv_bytes_per_token(args.kv_cache_dtype)
     held = int(pool // per_request) if mem.fits and per_request else 0
     share = math.ceil(target_concurrency / replicas)
     batch = max(0, min(share, held, mem.max_num_seqs))

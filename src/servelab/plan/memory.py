@@ -6,6 +6,13 @@
     blocks    = floor(available / (KV bytes per token per GPU x block_size))
     tokens    = blocks x block_size;   max concurrency = tokens / max_model_len
 
+Sliding-window models (gemma-2/3, ...) use vLLM's hybrid allocator instead: the layers fall
+into KV cache groups of equal size (one block table per group, one pool tensor per slot of
+a group shared by a layer of every group), the pool holds available / (page x group size)
+blocks shared by all groups, and a request at max_model_len needs a full group's blocks
+for its whole context but a sliding group's only for window - 1 + max_num_batched_tokens
+tokens (+1 block). vLLM's "GPU KV cache size" is then max concurrency x max_model_len.
+
 vLLM 0.25.1 captures CUDA graphs after the KV cache is allocated (the logs print the KV size
 first, then "Graph capturing ... took 0.90 GiB"), so graph memory is estimated and reported
 but not subtracted. The activation and non-torch terms are a model calibrated on the
@@ -18,10 +25,12 @@ from __future__ import annotations
 
 import math
 
+from dataclasses import dataclass
+
 from pydantic import BaseModel, ConfigDict
 
 from servelab.hardware.catalog import GPUSpec
-from servelab.models.costs import kv_bytes_for_context, kv_bytes_per_token_per_gpu
+from servelab.models.costs import kv_bytes_per_layer_token, kv_bytes_per_token_per_gpu
 from servelab.models.geometry import ModelGeometry
 from servelab.models.weights import weight_bytes_per_gpu
 from servelab.plan.args import EngineArgs, cudagraph_capture_sizes, resolve_limits
@@ -64,10 +73,55 @@ class MemoryPlan(BaseModel):
     max_num_seqs: int
     max_num_batched_tokens: int
     max_concurrency: float
+    kv_cache_groups: int  # vLLM's KV cache groups (1 unless sliding and full layers mix)
     fits: bool
     reason: str
     draft_weights_gib: float = 0.0
     draft_kv_bytes_per_token_per_gpu: int = 0
+
+    @property
+    def all_layer_blocks(self) -> int:
+        """Blocks of `block_size` tokens held in every layer: what a context within the
+        sliding window takes (vLLM's blocks are per group; such a token takes one in each)."""
+        return self.num_gpu_blocks // self.kv_cache_groups
+
+
+@dataclass(frozen=True, slots=True)
+class KVCacheGroups:
+    """vLLM's KV cache groups of one GPU's layers (`_get_kv_cache_groups_uniform_page_size`):
+    `group_size` layers per group, `full` groups of full-attention layers, `sliding` groups
+    of sliding-window layers (padding layers fill the last group of a type)."""
+
+    group_size: int
+    full: int
+    sliding: int
+
+    @property
+    def count(self) -> int:
+        return self.full + self.sliding
+
+
+def kv_cache_groups(model: ModelGeometry, pp: int = 1) -> KVCacheGroups:
+    """The KV cache groups vLLM forms for the layers of one pipeline stage."""
+    full = math.ceil(model.full_attention_layers / pp)
+    sliding = math.ceil(len(model.sliding_layers) / pp)
+    if not sliding or not full:
+        return KVCacheGroups(group_size=full + sliding, full=1 if full else 0, sliding=1 if sliding else 0)
+    size = min(full, sliding)
+    if max(full, sliding) < 1.5 * size:  # vLLM: nearly equal counts share one size
+        size = max(full, sliding)
+    return KVCacheGroups(group_size=size, full=math.ceil(full / size), sliding=math.ceil(sliding / size))
+
+
+def blocks_per_request(model: ModelGeometry, groups: KVCacheGroups, max_model_len: int,
+                       max_num_batched_tokens: int, block_size: int) -> int:
+    """Blocks (summed over groups) vLLM reserves for one request of `max_model_len` tokens
+    when it reports the maximum concurrency (`get_max_concurrency_for_kv_cache_config`)."""
+    full = math.ceil(max_model_len / block_size)
+    if not groups.sliding:
+        return full * groups.full
+    window = min(model.sliding_window - 1 + max_num_batched_tokens, max_model_len)
+    return groups.full * full + groups.sliding * (math.ceil(window / block_size) + 1)
 
 
 def kv_tokens_from_available(model: ModelGeometry, args: EngineArgs, available_gib: float) -> int:
@@ -156,14 +210,18 @@ def plan_memory(model: ModelGeometry, gpu: GPUSpec, args: EngineArgs,
     draft_kv = (kv_bytes_per_token_per_gpu(draft, args.kv_cache_dtype, tp, pp)
                 if draft is not None else 0)
     per_token_gpu = kv_bytes_per_token_per_gpu(model, args.kv_cache_dtype, tp, pp) + draft_kv
-    blocks = int(available // (per_token_gpu * args.block_size))
-    tokens = blocks * args.block_size
-    if model.sliding_layers:
-        per_request = kv_bytes_for_context(model, limits.max_model_len, args.kv_cache_dtype)
-        per_request_gpu = per_request * per_token_gpu / model.kv_bytes_per_token(args.kv_cache_dtype)
-        concurrency = tokens * per_token_gpu / per_request_gpu
-    else:
-        concurrency = tokens / limits.max_model_len
+    groups = kv_cache_groups(model, pp)
+    if groups.count > 1 and draft is None:
+        page = kv_bytes_per_layer_token(model, args.kv_cache_dtype, tp) * args.block_size
+        blocks = int(available // page // groups.group_size)
+    else:  # one group: a block holds block_size tokens of every layer (and the drafter's)
+        if draft is not None:  # not modelled: a drafter beside a hybrid pool (one table)
+            groups = KVCacheGroups(group_size=groups.group_size, full=1, sliding=0)
+        blocks = int(available // (per_token_gpu * args.block_size))
+    per_request = blocks_per_request(model, groups, limits.max_model_len,
+                                     limits.max_num_batched_tokens, args.block_size)
+    concurrency = blocks / per_request
+    tokens = int(concurrency * limits.max_model_len)
     refused = parallelism_error(model, tp, pp)
     fits, reason = ((False, refused) if refused is not None else
                     _verdict(model, limits.max_model_len, budget, weights, available, concurrency))
@@ -180,7 +238,7 @@ def plan_memory(model: ModelGeometry, gpu: GPUSpec, args: EngineArgs,
         kv_bytes_per_token_per_gpu=per_token_gpu, block_size=args.block_size,
         num_gpu_blocks=blocks, kv_cache_tokens=tokens, max_model_len=limits.max_model_len,
         max_num_seqs=limits.max_num_seqs, max_num_batched_tokens=limits.max_num_batched_tokens,
-        max_concurrency=concurrency, fits=fits, reason=reason,
+        max_concurrency=concurrency, kv_cache_groups=groups.count, fits=fits, reason=reason,
         draft_weights_gib=draft_weights / GIB, draft_kv_bytes_per_token_per_gpu=draft_kv)
 
 

@@ -318,7 +318,7 @@ def build_engine(model: str, gpu: str, quantization: str | None, args: Any,
         spec_cost = SpecCost(speculative.num_speculative_tokens, drafter)
     cost = OperatorCostModel(geometry, spec, args, cal, kernels, spec_cost, async_scheduling)
     config = SimConfig(
-        num_gpu_blocks=mem.num_gpu_blocks, block_size=mem.block_size,
+        num_gpu_blocks=mem.all_layer_blocks, block_size=mem.block_size,
         max_num_seqs=mem.max_num_seqs, max_num_batched_tokens=mem.max_num_batched_tokens,
         max_model_len=mem.max_model_len, enable_prefix_caching=args.enable_prefix_caching,
         async_scheduling=async_scheduling, memory=mem, speculative=speculative, seed=seed)

@@ -15,7 +15,7 @@ def memory_lines(memory: Any, max_model_len: int, replicas: int) -> list[str]:
         f"Available KV cache memory: {memory.kv_cache_gib:.2f} GiB",
         f"GPU KV cache size: {tokens:,} tokens",
         f"Maximum concurrency for {max_model_len:,} tokens per request: "
-        f"{tokens / max_model_len:.2f}x",
+        f"{memory.max_concurrency:.2f}x",
     ]
 
 

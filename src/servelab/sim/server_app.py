@@ -58,9 +58,9 @@ def startup_facts(opts: SimOptions, engine: SimEngine, served_model_name: str, l
 def cache_config(opts: SimOptions, engine: SimEngine) -> CacheConfig:
     """`vllm:cache_config_info`'s labels for this engine."""
     mem, cfg, args = engine.memory, engine.config, opts.engine_args
-    tokens = cfg.num_gpu_blocks * cfg.block_size
     return CacheConfig(
-        block_size=cfg.block_size, num_gpu_blocks=cfg.num_gpu_blocks, kv_cache_size_tokens=tokens,
+        block_size=cfg.block_size, num_gpu_blocks=int(mem.num_gpu_blocks),
+        kv_cache_size_tokens=int(mem.kv_cache_tokens),
         kv_cache_max_concurrency=round(float(mem.max_concurrency), 2),
         kv_cache_memory_bytes=int(float(mem.kv_cache_gib) * 2**30),
         gpu_memory_utilization=float(mem.gpu_memory_utilization),
