@@ -22,6 +22,7 @@ from servelab.sim.cost import (
     default_calibration,
     kernel_times,
     shipped_profile,
+    uses_v1_model_runner,
 )
 from servelab.sim.kernel_profile import KernelProfile
 from servelab.sim.kernels import DatasheetKernels, ProfiledKernels, _Curve, kernel_family
@@ -106,6 +107,53 @@ def test_the_residual_adds_what_it_says() -> None:
     assert parts.launches == 2 * 40 + 8  # piecewise graphs: a piece + attention per layer
     stage = max(parts.total_s * 1.1, parts.launches * 30e-6)
     assert cost.step_duration_s(mixed) == pytest.approx(stage + 2e-3 + 6 * 10e-6 + 200 * 1e-6)
+
+
+def test_the_engines_cpu_work_is_a_floor_with_async_scheduling_and_adds_without() -> None:
+    # Known answer: OLMoE-1B-7B's batch-1 decode runs ~1.5 ms of kernels (the engine's own
+    # trace, docs/validation/sim-kernels-2026-12-01); with 5 ms of CPU work per step the CPU
+    # sets an async step (CAL's GPU path: kernels x 1.1 + 2 ms + 10 us), a synchronous one
+    # pays both.
+    model = load_model("olmoe-1b-7b", None)
+    cpu = CAL.model_copy(update={"cpu_step_ms": 5.0, "cpu_per_seq_us": 5.0})
+    decode = _step(d=1, dc=1056)
+    assert uses_v1_model_runner(model, None)  # vLLM 0.25.1 runs OLMoE on its V1 runner
+    overlapped = OperatorCostModel(model, H200, EngineArgs(), cpu, kernel_times(H200, None),
+                                   v1_runner=True)
+    serial = OperatorCostModel(model, H200, EngineArgs(), cpu, kernel_times(H200, None),
+                               async_scheduling=False, v1_runner=True)
+    hidden = OperatorCostModel(model, H200, EngineArgs(), cpu, kernel_times(H200, None))
+    gpu_path = overlapped.parts(decode).total_s * 1.1 + 2e-3 + 10e-6
+    assert gpu_path < 5e-3
+    assert overlapped.step_duration_s(decode) == pytest.approx(5.0e-3 + 5e-6)
+    assert serial.step_duration_s(decode) == pytest.approx(gpu_path + 5.0e-3 + 5e-6)
+    assert hidden.step_duration_s(decode) == pytest.approx(gpu_path)  # the V2 runner hides it
+    # a step whose GPU path is longer is the GPU's alone under async scheduling
+    big = _step(d=256, dc=256 * 1056)
+    gpu_big = overlapped.parts(big).total_s * 1.1 + 2e-3 + 256 * 10e-6
+    assert gpu_big > 5e-3 + 256 * 5e-6
+    assert overlapped.step_duration_s(big) == pytest.approx(gpu_big)
+
+
+def test_vllms_model_runner_choice() -> None:
+    # vLLM 0.25.1: dense models and a few MoE architectures on the V2 runner; other MoE
+    # models, n-gram and draft-model speculation on the V1 runner
+    assert not uses_v1_model_runner(load_model("Qwen/Qwen3-14B"), None)
+    assert not uses_v1_model_runner(load_model("Qwen/Qwen3-14B"), "eagle3")
+    assert uses_v1_model_runner(load_model("Qwen/Qwen3-14B"), "ngram")
+    assert uses_v1_model_runner(load_model("Qwen/Qwen3-14B"), "draft_model")
+    assert uses_v1_model_runner(load_model("qwen3-30b-a3b"), None)
+    assert uses_v1_model_runner(load_model("deepseek-v3"), None)  # V3 is not on V2's list
+
+
+def test_calibrations_written_with_the_old_cpu_field_names_load(tmp_path: Path) -> None:
+    old = CAL.model_dump(mode="json")
+    old.pop("cpu_step_ms"), old.pop("cpu_per_seq_us")
+    old.update(sync_step_overhead_ms=2.5, sync_per_seq_us=12.0)
+    f = tmp_path / "cal.json"
+    f.write_text(json.dumps(old))
+    got = Calibration.load(f)
+    assert (got.cpu_step_ms, got.cpu_per_seq_us) == (2.5, 12.0)
 
 
 def test_steps_beyond_the_captured_sizes_wait_for_their_launches() -> None:

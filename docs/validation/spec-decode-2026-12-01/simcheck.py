@@ -6,8 +6,8 @@ Every cell of the experiment (`servelab run examples/h200-spec.yaml`) is re-simu
 its own prompts, seed, load and warm-ups on its arm's deployment; a speculative arm's cell
 with the acceptance that cell measured (per position, and the share of decode steps that
 drafted: `servelab.sim.experiment_targets.measured_speculation`). The one new residual,
-the CPU time per step that synchronous scheduling exposes (`sync_step_overhead_ms`,
-`sync_per_seq_us`), is fitted with `--fit-arm` on that arm's cells only (the non-speculative
+the CPU time per step that synchronous scheduling exposes (`cpu_step_ms`,
+`cpu_per_seq_us`; named sync_step_overhead_ms / sync_per_seq_us when this ran), is fitted with `--fit-arm` on that arm's cells only (the non-speculative
 `sync` arm: vLLM with --no-async-scheduling), then the CPU time per sequence that the V1
 model runner spends on speculation (`spec_per_seq_us`) on the cells of `--spec-fit-arm`
 (ngram-k2) only; every other figure is the shipped H200 default, and the other speculative
@@ -34,7 +34,7 @@ from servelab.storage import write_atomic
 
 HERE = Path(__file__).resolve().parent
 METRICS = ("output_throughput", "mean_tpot_ms", "mean_ttft_ms")
-SYNC_PARAMS = ("sync_step_overhead_ms", "sync_per_seq_us")
+SYNC_PARAMS = ("cpu_step_ms", "cpu_per_seq_us")
 
 
 def _pct(sim: float, meas: float) -> float:
@@ -58,7 +58,7 @@ def main() -> None:
     fit_set = [t for t in targets if t.name.split("/")[0] == a.fit_arm]
     cal = base
     if fit_set:
-        start = base.model_copy(update={"sync_step_overhead_ms": 0.5, "sync_per_seq_us": 10.0})
+        start = base.model_copy(update={"cpu_step_ms": 0.5, "cpu_per_seq_us": 10.0})
         fit = calibrate(dataclasses.replace(opts, calibration=start), fit_set, a.max_evals,
                         params=SYNC_PARAMS)
         cal = fit.calibration
@@ -94,8 +94,8 @@ def main() -> None:
     for key, errs in sorted(summary.items()):
         lines.append(f"| {key} | {len(errs)} | {sum(errs) / len(errs):.1f} | {max(errs):.1f} | "
                      f"{sum(e <= 15 for e in errs)}/{len(errs)} |")
-    lines += ["", f"Residual: the shipped H200 default with sync_step_overhead_ms "
-              f"{cal.sync_step_overhead_ms:.3f}, sync_per_seq_us {cal.sync_per_seq_us:.2f} "
+    lines += ["", f"Residual: the shipped H200 default with cpu_step_ms "
+              f"{cal.cpu_step_ms:.3f}, cpu_per_seq_us {cal.cpu_per_seq_us:.2f} "
               f"(fitted on the cells of arm {a.fit_arm}) and spec_per_seq_us "
               f"{cal.spec_per_seq_us:.2f} (fitted on the cells of arm {a.spec_fit_arm})."]
     write_atomic(a.out / "table.md", ("\n".join(lines) + "\n").encode())

@@ -20,9 +20,16 @@ step = PP x (GPU time of one stage x `gpu_time_scale`) + (PP - 1) activation hop
   requests one at a time (a burst of long prompts queues there before the engine) and
   spends `frontend_us_per_output_token` on every token it streams (tokens reach the client
   when it has streamed them, in turn with intake).
-- without asynchronous scheduling (`--no-async-scheduling`, and vLLM's n-gram and
-  draft-model speculation) the CPU's part of a step no longer overlaps the GPU's:
-  `sync_step_overhead_ms` + `sync_per_seq_us` x sequences are added to every step;
+- the engine's CPU work per step (schedule, prepare inputs, process outputs: `cpu_step_ms`
+  + `cpu_per_seq_us` x sequences) overlaps the GPU's under asynchronous scheduling (vLLM's
+  default). vLLM 0.25.1 runs two model runners (`uses_v1_model_runner`): dense models on
+  its V2 runner, whose CPU work stays hidden (Qwen3-0.6B's batch-1 step, 1.72 ms, is its
+  GPU path), and MoE models outside a short list, n-gram and draft-model speculation and
+  hybrid models on the V1 runner, whose CPU work is a floor under every step: a step takes
+  max(the GPU path above, the CPU's work). A model whose GPU step is shorter is CPU-bound
+  (OLMoE-1B-7B at batch 1: 1.52 ms of kernels in the engine's own trace, a 2.06 ms step).
+  Without asynchronous scheduling (`--no-async-scheduling`, n-gram and draft-model
+  speculation) the two run one after the other and the CPU's work is added to every step;
 - speculative decoding (`SpecCost`): the target verifies 1 + draft tokens per decoding
   sequence in one forward (GEMM and logit rows grow with the drafts, weight reads do not),
   on a full CUDA graph only when every sequence carries a whole draft (vLLM's uniform
@@ -101,9 +108,10 @@ class Calibration(BaseModel):
         "API-server time per prompt token (tokenising), one request at a time per replica"))
     frontend_us_per_output_token: float = Field(0.0, ge=0, description=(
         "API-server time per streamed token (detokenise, SSE), in the same queue as intake"))
-    sync_step_overhead_ms: float = Field(0.0, ge=0, description=(
-        "CPU time per step that synchronous scheduling exposes (schedule, inputs, outputs)"))
-    sync_per_seq_us: float = Field(0.0, ge=0, description=(
+    cpu_step_ms: float = Field(0.0, ge=0, description=(
+        "the engine's CPU time per step (schedule, inputs, outputs): a floor under the step "
+        "with async scheduling, added to it without"))
+    cpu_per_seq_us: float = Field(0.0, ge=0, description=(
         "the same per scheduled sequence"))
     spec_per_seq_us: float = Field(0.0, ge=0, description=(
         "CPU time per sequence per step with speculative decoding (vLLM's V1 model runner: "
@@ -119,6 +127,10 @@ class Calibration(BaseModel):
             raise ServelabError(f"--calibration: {path} is a roofline calibration (bandwidth_frac, "
                                 "compute_frac) from before the operator cost model: fit it again "
                                 "with `servelab sim calibrate`")
+        if isinstance(data, dict):  # the names of these two fields before 2026-12-01
+            for old, new in (("sync_step_overhead_ms", "cpu_step_ms"), ("sync_per_seq_us", "cpu_per_seq_us")):
+                if old in data and new not in data:
+                    data[new] = data.pop(old)
         try:
             return cls.model_validate(data)
         except ValidationError as exc:
@@ -133,7 +145,7 @@ class Calibration(BaseModel):
 # calibrate`'s function on the cells of two models (Qwen3-4B, Llama-3.1-8B: random 1024/128
 # at c1/c32/c64, ShareGPT at rate 10 and c64; real vLLM 0.25.1), the other four models of
 # that run held out (docs/validation/sim-transfer-2026-12-01: `simcheck.py --fit`, which
-# writes cal-h200.json). The H200's sync_* and spec_per_seq_us: fitted by the same function
+# writes cal-h200.json). The H200's cpu_step_ms, cpu_per_seq_us and spec_per_seq_us: fitted by the same function
 # on one arm each of docs/validation/spec-decode-2026-12-01 (simcheck.py: the synchronous
 # baseline, then n-gram K = 2; the other speculative arms held out). L40S: no profile and no
 # CPU figures of its host (sync and speculation costs 0: not measured); the seeds' row
@@ -147,7 +159,7 @@ DEFAULT_CALIBRATIONS: dict[str, Calibration] = {
                         per_seq_us=7.34, launch_us=96.9, request_overhead_ms=7.39,
                         frontend_us_per_prompt_token=3.70,
                         frontend_us_per_output_token=108.2,
-                        sync_step_overhead_ms=2.081, sync_per_seq_us=16.70,
+                        cpu_step_ms=2.081, cpu_per_seq_us=16.70,
                         spec_per_seq_us=24.47,
                         fitted_on=("H200 vLLM 0.25.1: Qwen3-4B, Llama-3.1-8B (10 cells)",
                                    "sync_*: Qwen3-14B --no-async-scheduling (8 cells)",
@@ -192,22 +204,40 @@ class SpecCost:
     drafter: OperatorModel | None
 
 
+# vLLM 0.25.1 (config/vllm.py, `use_v2_model_runner`): MoE architectures that stay on the V2
+# model runner, and the speculative methods it runs; anything else MoE or speculative runs on
+# the V1 runner.
+V2_RUNNER_MOE_ARCHITECTURES = frozenset({"DeepseekV2ForCausalLM", "Qwen2MoeForCausalLM",
+                                         "GraniteMoeForCausalLM"})
+V2_RUNNER_SPEC_METHODS = frozenset({"eagle", "eagle3", "mtp"})
+
+
+def uses_v1_model_runner(model: ModelGeometry, speculative_method: str | None) -> bool:
+    """Whether vLLM 0.25.1 runs `model` (with that speculative method) on its V1 model
+    runner rather than the V2 one it defaults to."""
+    if speculative_method is not None and speculative_method not in V2_RUNNER_SPEC_METHODS:
+        return True
+    return model.is_moe and model.architecture not in V2_RUNNER_MOE_ARCHITECTURES
+
+
 class OperatorCostModel:
     """Prices a step for the engine: `OperatorModel` on one GPU + the `Calibration` residual."""
 
     def __init__(self, model: ModelGeometry, gpu: GPUSpec, args: EngineArgs, cal: Calibration,
                  kernels: KernelTimes, spec: SpecCost | None = None,
-                 async_scheduling: bool = True) -> None:
+                 async_scheduling: bool = True, v1_runner: bool = False) -> None:
         self.calibration = cal
         self.ops = OperatorModel(model, gpu, args, kernels)
         self.pp = args.pipeline_parallel_size
         self.spec = spec
         self._scale = cal.gpu_time_scale
         self._launch_s = cal.launch_us * 1e-6
-        sync = not async_scheduling
-        self._step_s = (cal.step_overhead_ms + (cal.sync_step_overhead_ms if sync else 0.0)) * 1e-3
-        self._seq_s = (cal.per_seq_us + (cal.sync_per_seq_us if sync else 0.0)
-                       + (cal.spec_per_seq_us if spec is not None else 0.0)) * 1e-6
+        self._async = async_scheduling
+        self._cpu_floor = v1_runner  # the V1 runner's CPU work is not hidden behind the GPU
+        self._step_s = cal.step_overhead_ms * 1e-3
+        self._seq_s = (cal.per_seq_us + (cal.spec_per_seq_us if spec is not None else 0.0)) * 1e-6
+        self._cpu_step_s = cal.cpu_step_ms * 1e-3
+        self._cpu_seq_s = cal.cpu_per_seq_us * 1e-6
         self._ptok_s = cal.per_prefill_token_us * 1e-6
         # one stage's activations to the next: M x hidden bf16 over the link
         link = gpu.interconnect
@@ -266,7 +296,11 @@ class OperatorCostModel:
             hop = self._hop_latency_s + tokens / k * self._hop_s_per_token
             ends = self.ops.ends_s(-(-tokens // k), -(-seqs // k)) * self._scale
             gpu = self.pp * self._stage_s(micro) + ends + (self.pp - 1) * hop
-        return gpu + self._step_s + self._seq_s * seqs + self._ptok_s * shape.prefill_tokens
+        gpu_path = gpu + self._step_s + self._seq_s * seqs + self._ptok_s * shape.prefill_tokens
+        cpu = self._cpu_step_s + self._cpu_seq_s * seqs
+        if not self._async:
+            return gpu_path + cpu
+        return max(gpu_path, cpu) if self._cpu_floor else gpu_path
 
 
 @dataclass(frozen=True, slots=True)

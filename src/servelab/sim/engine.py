@@ -33,6 +33,7 @@ from servelab.sim.cost import (
     SpecCost,
     default_calibration,
     kernel_times,
+    uses_v1_model_runner,
 )
 from servelab.sim.kernel_profile import KernelProfile
 from servelab.sim.scheduler import SchedRequest, ScheduledStep, Scheduler, SchedulerLimits
@@ -316,7 +317,8 @@ def build_engine(model: str, gpu: str, quantization: str | None, args: Any,
     if speculative is not None:
         drafter = OperatorModel(draft, spec, args, kernels) if draft is not None else None
         spec_cost = SpecCost(speculative.num_speculative_tokens, drafter)
-    cost = OperatorCostModel(geometry, spec, args, cal, kernels, spec_cost, async_scheduling)
+    v1 = uses_v1_model_runner(geometry, speculative.method if speculative is not None else None)
+    cost = OperatorCostModel(geometry, spec, args, cal, kernels, spec_cost, async_scheduling, v1)
     config = SimConfig(
         num_gpu_blocks=mem.all_layer_blocks, block_size=mem.block_size,
         max_num_seqs=mem.max_num_seqs, max_num_batched_tokens=mem.max_num_batched_tokens,
