@@ -28,7 +28,7 @@ import importlib.util
 from pathlib import Path
 
 from servelab.plan import EngineArgs
-from servelab.sim.calibrate import Target, calibrate, evaluate, simulated_metrics
+from servelab.sim.calibrate import Target, calibrate, simulated_metrics
 from servelab.sim.cost import default_calibration
 from servelab.sim.offline import OfflineRequest
 from servelab.sim.runner import PreparedWorkload, prepare_workload
@@ -142,18 +142,7 @@ def transfer() -> None:
         return
     results = TRANSFER / "results"
     all_t = sc.targets(results)
-    base = all_t[0][1].options
-    cal = default_calibration("H200")
-    stall = sc.stalled(results)
-    rows = []
-    for model, t in all_t:
-        for _, metric, meas, sim in evaluate(base, [t], cal):
-            cell = t.name.split("/")[1]
-            again = sc.cell_file(results, model, cell, stall).parent.parent == sc.REMEASURED
-            rows.append({"model": model, "cell": cell, "metric": metric, "residual": "default",
-                         "role": "fit" if model in sc.FIT_MODELS else "held out",
-                         "measured": meas, "simulated": sim, "error_pct": 100 * (sim - meas) / meas,
-                         "stall": f"{model}/{cell}" in stall and not again, "remeasured": again})
+    rows = sc.table_rows(results, all_t, all_t[0][1].options, default_calibration("H200"), "default")
     print("H200 transfer, shipped residual (fitted on " + ", ".join(sc.FIT_MODELS) + "):")
     print(sc.render(rows).replace("| default |", "| shipped |"))
 

@@ -166,6 +166,9 @@ def test_sliding_window_pool_follows_vllms_kv_cache_groups():
     assert plan.all_layer_blocks == plan.num_gpu_blocks // 6
     assert plan.max_concurrency == pytest.approx(plan.num_gpu_blocks / (2048 + 5 * 577))
     assert plan.kv_cache_tokens == int(plan.max_concurrency * 32768)
+    # the GiB-to-tokens helper counts what every layer holds, as the simulator's pool does
+    args = EngineArgs(max_model_len=32768)
+    assert kv_tokens_from_available(model, args, plan.kv_cache_gib) == plan.all_layer_blocks * 16
 
 
 def test_kv_cache_groups_pad_like_vllm():

@@ -15,6 +15,7 @@ from servelab.errors import ServelabError
 from servelab.hardware.catalog import get_gpu
 from servelab.models import load_model
 from servelab.plan import EngineArgs
+from servelab.plan.args import uses_v1_model_runner
 from servelab.sim.calibrate import nelder_mead
 from servelab.sim.cost import (
     Calibration,
@@ -22,7 +23,6 @@ from servelab.sim.cost import (
     default_calibration,
     kernel_times,
     shipped_profile,
-    uses_v1_model_runner,
 )
 from servelab.sim.kernel_profile import KernelProfile
 from servelab.sim.kernels import DatasheetKernels, ProfiledKernels, _Curve, kernel_family

@@ -172,7 +172,9 @@ def test_simulated_acceptance_matches_the_configured_rates() -> None:
     for got, want in zip(measured.per_position_acceptance, rates):
         assert got == pytest.approx(want, abs=0.03)
     # 64 x 200 tokens: the first of each from its prefill, the rest 1 + accepted per draft
+    # (>=: a sequence's last draft may overrun its length, and vLLM caps what it emits)
     assert 64 + measured.num_drafts + measured.accepted_tokens >= 64 * 200
+    assert engine.stats.generation_tokens_total == 64 * 200  # no token lost or added
 
 
 def test_ngram_and_draft_models_lose_async_scheduling_eagle_keeps_it() -> None:
@@ -263,10 +265,6 @@ def test_the_advised_k_shrinks_as_verification_rows_stop_being_free() -> None:
     ks = [model.at(c, 300).best_k for c in (1, 8, 32, 64, 256)]
     assert ks[0] == 4 and ks[-1] < 4
     assert all(b <= a for a, b in zip(ks, ks[1:]))
-    # the best K is the one with the most tokens per second, by the definition
-    c = 64
-    rate = {k: model.tokens_per_step(k) / model.spec_step_s(c, 300, k) for k in range(1, 5)}
-    assert model.at(c, 300).best_k == max(rate, key=rate.get)
 
 
 def test_sim_run_flags_report_the_acceptance(tmp_path: Path) -> None:
@@ -336,6 +334,17 @@ def test_a_measured_acceptance_becomes_the_simulators_input() -> None:
     assert got.rejection_sample_method is None and got.rates() == (0.79, 0.70, 0.70, 0.0)
 
 
+def test_a_cell_without_counters_keeps_the_arms_own_acceptance() -> None:
+    # an SGLang arm or a failed scrape stores no spec counters: the simulator must not read
+    # that as "nothing accepted"
+    from servelab.sim.experiment_targets import measured_speculation
+
+    arm = SpeculativeConfig(method="draft_model", model="Qwen/Qwen3-0.6B", num_speculative_tokens=3,
+                            rejection_sample_method="synthetic", synthetic_acceptance_rates=[0.8, 0.6, 0.4])
+    got = measured_speculation(arm, {"total_output_tokens": 100, "completed": 2}, [])
+    assert got.rates() == (0.8, 0.6, 0.4)
+
+
 def test_a_speculative_engine_without_acceptance_is_refused() -> None:
     cfg = SimConfig(num_gpu_blocks=64, block_size=16, max_num_seqs=4, max_num_batched_tokens=256,
                     max_model_len=512, speculative=_ngram(2))
@@ -356,6 +365,7 @@ def test_a_multi_token_chunk_splits_its_gap_as_the_client_counts_it() -> None:
     # prefill step (6 ms) gives token 1; two verifications of 3 tokens, 6 ms each: ITLs 2 ms
     assert rec.output_len == 7 and rec.ttft_ms == pytest.approx(6.0)
     assert rec.itl_ms == pytest.approx([2.0] * 6)
+    assert rec.chunks == 3  # 1 + 3 + 3 tokens: what the multi-token-chunk warning counts
     assert run.spec_decode.num_drafts == 2 and run.spec_decode.acceptance_length == pytest.approx(3.0)
 
 

@@ -65,6 +65,7 @@ def main() -> None:
     args = ap.parse_args()
 
     import torch
+    import vllm
     from torch.profiler import ProfilerActivity, profile
     from vllm import LLM, SamplingParams
 
@@ -82,7 +83,7 @@ def main() -> None:
     many = SamplingParams(max_tokens=args.steps, ignore_eos=True, temperature=0.0)
     seed = 1
     result = {"model": args.model, "eager": args.eager, "context": args.context,
-              "steps": args.steps, "start_s": round(start_s, 1), "vllm": __import__("vllm").__version__,
+              "steps": args.steps, "start_s": round(start_s, 1), "vllm": vllm.__version__,
               "torch": torch.__version__, "batches": {}}
 
     def wall(batch: int, params) -> float:

@@ -135,32 +135,39 @@ def main() -> None:
         print("\n".join(fit.report_lines()))
         fit.calibration.save(cal_path)
     cal = Calibration.load(cal_path)
-    rows = []
-    for label, c in (("default", default_calibration("H200")), ("fitted", cal)):
-        for (model, t), (_, metric, meas, sim) in (
-                (mt, row) for mt in all_t for row in evaluate(base, [mt[1]], c)):
-            rows.append({"model": model, "cell": t.name.split("/")[1], "metric": metric,
-                         "residual": label, "role": "fit" if model in FIT_MODELS else "held out",
-                         "measured": meas, "simulated": sim, "error_pct": _err(sim, meas)})
-    stall = stalled(a.results)
-    for r in rows:
-        name = f"{r['model']}/{r['cell']}"
-        r["remeasured"] = cell_file(a.results, r["model"], r["cell"], stall).parent.parent == REMEASURED
-        r["stall"] = name in stall and not r["remeasured"]
+    rows = [*table_rows(a.results, all_t, base, default_calibration("H200"), "default"),
+            *table_rows(a.results, all_t, base, cal, "fitted")]
     write_atomic(HERE / "simcheck.json", (json.dumps(rows, indent=1) + "\n").encode())
     write_atomic(HERE / "table.md", render(rows).encode())
     print(render(rows))
 
 
+def table_rows(results: Path, all_t: list[tuple[str, Target]], base: SimOptions,
+               cal: Calibration, label: str) -> list[dict]:
+    """One row per cell and metric of `all_t` simulated under `cal` (residual `label`),
+    flagged stalled (the first run's stall, not re-measured) or re-measured."""
+    stall = stalled(results)
+    rows = []
+    for model, t in all_t:
+        cell = t.name.split("/")[1]
+        again = cell_file(results, model, cell, stall).parent.parent == REMEASURED
+        for _, metric, meas, sim in evaluate(base, [t], cal):
+            rows.append({"model": model, "cell": cell, "metric": metric, "residual": label,
+                         "role": "fit" if model in FIT_MODELS else "held out",
+                         "measured": meas, "simulated": sim, "error_pct": _err(sim, meas),
+                         "remeasured": again, "stall": f"{model}/{cell}" in stall and not again})
+    return rows
+
+
 def render(rows: list[dict]) -> str:
     """The transfer table: predicted vs measured per held-out cell, then the error summary."""
-    fitted = [r for r in rows if r["residual"] == "default" and r["metric"] in METRICS]  # shipped
+    shipped = [r for r in rows if r["residual"] == "default" and r["metric"] in METRICS]
     lines = ["| model | role | cell | out tok/s meas | sim | err | TTFT ms meas | sim | err | "
              "TPOT ms meas | sim | err |", "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    keys = sorted({(r["model"], r["cell"]) for r in fitted},
+    keys = sorted({(r["model"], r["cell"]) for r in shipped},
                   key=lambda k: (k[0] not in FIT_MODELS, k[0], CELLS.index(k[1])))
     for model, cell in keys:
-        by = {r["metric"]: r for r in fitted if r["model"] == model and r["cell"] == cell}
+        by = {r["metric"]: r for r in shipped if r["model"] == model and r["cell"] == cell}
         mark = " (stall)" if by[METRICS[0]].get("stall") else (
             " (re-measured)" if by[METRICS[0]].get("remeasured") else "")
         parts = [model, by[METRICS[0]]["role"], cell + mark]

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from servelab.hardware.catalog import GPUSpec
 from servelab.models.geometry import ModelGeometry
+from servelab.speculation import ASYNC_METHODS
 
 LARGE_GPU_GIB = 70
 VLLM_DEFAULT_GPU_MEMORY_UTILIZATION = 0.92
@@ -77,3 +78,19 @@ def cudagraph_capture_sizes(max_num_seqs: int) -> tuple[int, ...]:
     cap = min(2 * max_num_seqs, 512)
     sizes = [1, 2, 4, *range(8, 256, 8), *range(256, 513, 16)]
     return tuple(s for s in sizes if s <= cap)
+
+
+# vLLM 0.25.1 (config/vllm.py, `use_v2_model_runner`): MoE architectures that stay on the V2
+# model runner, and the speculative methods it runs; anything else MoE or speculative runs on
+# the V1 runner.
+V2_RUNNER_MOE_ARCHITECTURES = frozenset({"DeepseekV2ForCausalLM", "Qwen2MoeForCausalLM",
+                                         "GraniteMoeForCausalLM"})
+V2_RUNNER_SPEC_METHODS = ASYNC_METHODS  # the same EAGLE-type methods
+
+
+def uses_v1_model_runner(model: ModelGeometry, speculative_method: str | None) -> bool:
+    """Whether vLLM 0.25.1 runs `model` (with that speculative method) on its V1 model
+    runner rather than the V2 one it defaults to."""
+    if speculative_method is not None and speculative_method not in V2_RUNNER_SPEC_METHODS:
+        return True
+    return model.is_moe and model.architecture not in V2_RUNNER_MOE_ARCHITECTURES

@@ -24,7 +24,6 @@ max_num_seqs x vocab x 4 B of fp32 logits).
 from __future__ import annotations
 
 import math
-
 from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict
@@ -124,12 +123,31 @@ def blocks_per_request(model: ModelGeometry, groups: KVCacheGroups, max_model_le
     return groups.full * full + groups.sliding * (math.ceil(window / block_size) + 1)
 
 
+def kv_pool_blocks(model: ModelGeometry, args: EngineArgs, available_bytes: float,
+                   draft: ModelGeometry | None = None) -> tuple[KVCacheGroups, int]:
+    """vLLM's KV cache groups and pool blocks made of `available_bytes` on one GPU.
+
+    One group: a block holds `block_size` tokens of every layer (and the drafter's: vLLM
+    keeps the drafter's KV in the same pool). Several (sliding and full layers): a block is
+    one group's page, available / (page x group size) of them shared by every group. A
+    drafter beside a hybrid pool is not modelled: it is priced as one group."""
+    tp, pp, dtype = args.tensor_parallel_size, args.pipeline_parallel_size, args.kv_cache_dtype
+    groups = kv_cache_groups(model, pp)
+    if groups.count > 1 and draft is None:
+        page = kv_bytes_per_layer_token(model, dtype, tp) * args.block_size
+        return groups, max(int(available_bytes // page // groups.group_size), 0)
+    if draft is not None:
+        groups = KVCacheGroups(group_size=groups.group_size, full=1, sliding=0)
+    per_token = kv_bytes_per_token_per_gpu(model, dtype, tp, pp) + (
+        kv_bytes_per_token_per_gpu(draft, dtype, tp, pp) if draft is not None else 0)
+    return groups, max(int(available_bytes // (per_token * args.block_size)), 0)
+
+
 def kv_tokens_from_available(model: ModelGeometry, args: EngineArgs, available_gib: float) -> int:
-    """KV tokens vLLM makes of `available_gib` per GPU: whole blocks, floored."""
-    per_token = kv_bytes_per_token_per_gpu(model, args.kv_cache_dtype, args.tensor_parallel_size,
-                                           args.pipeline_parallel_size)
-    blocks = math.floor(available_gib * GIB / (per_token * args.block_size))
-    return max(blocks, 0) * args.block_size
+    """KV tokens vLLM makes of `available_gib` per GPU, held in every layer (whole blocks,
+    floored): vLLM's "GPU KV cache size" for one-group models."""
+    groups, blocks = kv_pool_blocks(model, args, available_gib * GIB)
+    return blocks // groups.count * args.block_size
 
 
 def kv_tokens_range_from_logged(model: ModelGeometry, args: EngineArgs,
@@ -210,14 +228,7 @@ def plan_memory(model: ModelGeometry, gpu: GPUSpec, args: EngineArgs,
     draft_kv = (kv_bytes_per_token_per_gpu(draft, args.kv_cache_dtype, tp, pp)
                 if draft is not None else 0)
     per_token_gpu = kv_bytes_per_token_per_gpu(model, args.kv_cache_dtype, tp, pp) + draft_kv
-    groups = kv_cache_groups(model, pp)
-    if groups.count > 1 and draft is None:
-        page = kv_bytes_per_layer_token(model, args.kv_cache_dtype, tp) * args.block_size
-        blocks = int(available // page // groups.group_size)
-    else:  # one group: a block holds block_size tokens of every layer (and the drafter's)
-        if draft is not None:  # not modelled: a drafter beside a hybrid pool (one table)
-            groups = KVCacheGroups(group_size=groups.group_size, full=1, sliding=0)
-        blocks = int(available // (per_token_gpu * args.block_size))
+    groups, blocks = kv_pool_blocks(model, args, available, draft)
     per_request = blocks_per_request(model, groups, limits.max_model_len,
                                      limits.max_num_batched_tokens, args.block_size)
     concurrency = blocks / per_request

@@ -99,12 +99,17 @@ def payoff_model(spec: ExperimentSpec, arm_name: str, base_arm: str, gpu: str,
     assert arm.speculative is not None
     sc = arm.speculative.with_measured(acceptance.rates, acceptance.proposal_rate)
     args = planner_args(spec, arm, strict=False)
-    base_args = planner_args(spec, spec.arm(base_arm), strict=False)
-    model, quant = engine_path(spec, arm), arm.quantization
+    baseline = spec.arm(base_arm)
+    base_args = planner_args(spec, baseline, strict=False)
     cal = Calibration.load(spec.sim.calibration) if spec.sim.calibration else None
-    base = build_engine(model, gpu, quant, base_args, cal, base_args.async_scheduling)
-    spec_engine = build_engine(model, gpu, quant, args, cal, args.async_scheduling, None, sc)
-    return PayoffModel(base.cost, spec_engine.cost, sc.rates() or (), sc.proposal_rate)
+    # each engine as its own arm runs (an arm may override the model or its quantization)
+    base = build_engine(engine_path(spec, baseline), gpu, baseline.quantization, base_args, cal,
+                        base_args.async_scheduling)
+    spec_engine = build_engine(engine_path(spec, arm), gpu, arm.quantization, args, cal,
+                               args.async_scheduling, None, sc)
+    rates = sc.rates()
+    assert rates is not None  # with_measured sets them
+    return PayoffModel(base.cost, spec_engine.cost, rates, sc.proposal_rate)
 
 
 def payoff_table(data: ExperimentData, spec: ExperimentSpec, arm: str, workload: str,

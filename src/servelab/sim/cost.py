@@ -22,10 +22,11 @@ step = PP x (GPU time of one stage x `gpu_time_scale`) + (PP - 1) activation hop
   when it has streamed them, in turn with intake).
 - the engine's CPU work per step (schedule, prepare inputs, process outputs: `cpu_step_ms`
   + `cpu_per_seq_us` x sequences) overlaps the GPU's under asynchronous scheduling (vLLM's
-  default). vLLM 0.25.1 runs two model runners (`uses_v1_model_runner`): dense models on
+  default). vLLM 0.25.1 runs two model runners (`servelab.plan.args.uses_v1_model_runner`): dense models on
   its V2 runner, whose CPU work stays hidden (Qwen3-0.6B's batch-1 step, 1.72 ms, is its
-  GPU path), and MoE models outside a short list, n-gram and draft-model speculation and
-  hybrid models on the V1 runner, whose CPU work is a floor under every step: a step takes
+  GPU path, sliding-window models included), and MoE models outside a short list and
+  n-gram and draft-model speculation on the V1 runner (vLLM also puts Mamba-hybrid models
+  there; the catalog has none), whose CPU work is a floor under every step: a step takes
   max(the GPU path above, the CPU's work). A model whose GPU step is shorter is CPU-bound
   (OLMoE-1B-7B at batch 1: 1.52 ms of kernels in the engine's own trace, a 2.06 ms step).
   Without asynchronous scheduling (`--no-async-scheduling`, n-gram and draft-model
@@ -145,8 +146,8 @@ class Calibration(BaseModel):
 # calibrate`'s function on the cells of two models (Qwen3-4B, Llama-3.1-8B: random 1024/128
 # at c1/c32/c64, ShareGPT at rate 10 and c64; real vLLM 0.25.1), the other four models of
 # that run held out (docs/validation/sim-transfer-2026-12-01: `simcheck.py --fit`, which
-# writes cal-h200.json). The H200's cpu_step_ms, cpu_per_seq_us and spec_per_seq_us: fitted by the same function
-# on one arm each of docs/validation/spec-decode-2026-12-01 (simcheck.py: the synchronous
+# writes cal-h200.json). The H200's cpu_step_ms, cpu_per_seq_us and spec_per_seq_us: fitted
+# by the same function on one arm each of docs/validation/spec-decode-2026-12-01 (simcheck.py: the synchronous
 # baseline, then n-gram K = 2; the other speculative arms held out). L40S: no profile and no
 # CPU figures of its host (sync and speculation costs 0: not measured); the seeds' row
 # (docs/simulator.md, "Validation") with the H200 host's launch and frontend costs.
@@ -162,7 +163,7 @@ DEFAULT_CALIBRATIONS: dict[str, Calibration] = {
                         cpu_step_ms=2.081, cpu_per_seq_us=16.70,
                         spec_per_seq_us=24.47,
                         fitted_on=("H200 vLLM 0.25.1: Qwen3-4B, Llama-3.1-8B (10 cells)",
-                                   "sync_*: Qwen3-14B --no-async-scheduling (8 cells)",
+                                   "cpu_*: Qwen3-14B --no-async-scheduling (8 cells)",
                                    "spec_per_seq_us: Qwen3-14B n-gram K=2 (8 cells)")),
 }
 _CLASS_FALLBACK = "H200"
@@ -202,22 +203,6 @@ class SpecCost:
 
     num_speculative_tokens: int
     drafter: OperatorModel | None
-
-
-# vLLM 0.25.1 (config/vllm.py, `use_v2_model_runner`): MoE architectures that stay on the V2
-# model runner, and the speculative methods it runs; anything else MoE or speculative runs on
-# the V1 runner.
-V2_RUNNER_MOE_ARCHITECTURES = frozenset({"DeepseekV2ForCausalLM", "Qwen2MoeForCausalLM",
-                                         "GraniteMoeForCausalLM"})
-V2_RUNNER_SPEC_METHODS = frozenset({"eagle", "eagle3", "mtp"})
-
-
-def uses_v1_model_runner(model: ModelGeometry, speculative_method: str | None) -> bool:
-    """Whether vLLM 0.25.1 runs `model` (with that speculative method) on its V1 model
-    runner rather than the V2 one it defaults to."""
-    if speculative_method is not None and speculative_method not in V2_RUNNER_SPEC_METHODS:
-        return True
-    return model.is_moe and model.architecture not in V2_RUNNER_MOE_ARCHITECTURES
 
 
 class OperatorCostModel:

@@ -33,8 +33,8 @@ from servelab.sim.cost import (
     SpecCost,
     default_calibration,
     kernel_times,
-    uses_v1_model_runner,
 )
+from servelab.plan.args import uses_v1_model_runner
 from servelab.sim.kernel_profile import KernelProfile
 from servelab.sim.scheduler import SchedRequest, ScheduledStep, Scheduler, SchedulerLimits
 from servelab.sim.operators import OperatorModel

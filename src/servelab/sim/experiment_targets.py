@@ -80,8 +80,8 @@ def measured_speculation(spec: SpeculativeConfig, result: dict[str, Any],
     """`spec` with the acceptance a measured cell counted and its share of drafted decode
     steps: the simulator then draws what vLLM accepted."""
     sd = stored_spec_decode(result, servers)
-    if sd is None:
-        return spec.with_measured((), 1.0)
+    if sd is None:  # no counters (SGLang, a failed scrape): keep the arm's own acceptance
+        return spec
     share = drafted_share(sd, float(result["total_output_tokens"]), float(result["completed"]))
     return spec.with_measured(sd.per_position_acceptance, share if share is not None else 1.0)
 

@@ -105,13 +105,14 @@ def _spec_delta(before: list[SpecCounters] | None,
 
 
 class _Flight:
-    __slots__ = ("rec", "route", "replica", "times")
+    __slots__ = ("rec", "route", "replica", "times", "chunks")
 
     def __init__(self, rec: RequestRecord, route: RouteRequest) -> None:
         self.rec = rec
         self.route = route
         self.replica = -1
         self.times: list[float] = []
+        self.chunks = 0  # SSE chunks that carried tokens (several tokens with speculation)
 
 
 def _run(cluster: Cluster, requests: Sequence[OfflineRequest], intended_s: Sequence[float],
@@ -168,6 +169,7 @@ def _run(cluster: Cluster, requests: Sequence[OfflineRequest], intended_s: Seque
             times = fl.times
             send_abs = rec.send_s + t0
             rec.output_len = len(times)
+            rec.chunks = fl.chunks
             rec.ttft_ms = (times[0] - send_abs) * 1e3
             rec.e2el_ms = (times[-1] - send_abs) * 1e3
             rec.itl_ms = [(b - a) * 1e3 for a, b in zip(times, times[1:])]
@@ -195,7 +197,7 @@ def _run(cluster: Cluster, requests: Sequence[OfflineRequest], intended_s: Seque
                 seq += 1
             else:
                 for r in emitted:
-                    _arrive(flights[r.tag].times, now, r.num_new_output)  # type: ignore[union-attr, index]
+                    _arrive(flights[r.tag], now, r.num_new_output)  # type: ignore[arg-type, index]
                 for r in done:
                     complete(r.tag, now)  # type: ignore[arg-type]
                 t_last = now
@@ -206,7 +208,7 @@ def _run(cluster: Cluster, requests: Sequence[OfflineRequest], intended_s: Seque
         elif kind == _DELIVER:
             emitted, done = outbox.pop(arg)
             for r in emitted:
-                _arrive(flights[r.tag].times, now, r.num_new_output)  # type: ignore[union-attr, index]
+                _arrive(flights[r.tag], now, r.num_new_output)  # type: ignore[arg-type, index]
             for r in done:
                 complete(r.tag, now)  # type: ignore[arg-type]
             t_last = max(t_last, now)
@@ -247,9 +249,12 @@ def _run(cluster: Cluster, requests: Sequence[OfflineRequest], intended_s: Seque
     return [f.rec for f in flights if f is not None], t_last, steps
 
 
-def _arrive(times: list[float], now: float, k: int) -> None:
+def _arrive(fl: _Flight, now: float, k: int) -> None:
     """`k` tokens reached the client in one chunk at `now`: as the client counts a chunk of
-    k tokens (k ITLs of gap / k, `servelab.metrics.result`), their times split the gap."""
+    k tokens (k ITLs of gap / k, `servelab.client.tally.timeline` owns that rule), their
+    times split the gap."""
+    fl.chunks += 1
+    times = fl.times
     if not times:  # a first chunk: its tokens arrive together (TTFT is the first of them)
         times.extend([now] * k)
         return

@@ -37,9 +37,8 @@ class SpecDecoder:
     """Draft lengths and accepted lengths for one simulated replica."""
 
     def __init__(self, config: SpeculativeConfig, rates: tuple[float, ...], seed: int) -> None:
-        self.config = config
         self.k = config.num_speculative_tokens
-        self.rates = rates[: self.k]
+        self.rates = rates  # K of them (`check_rates`)
         self.proposal_rate = config.proposal_rate
         self._rng = random.Random(seed)
         self._drafts = 0
@@ -55,7 +54,7 @@ class SpecDecoder:
 
     def verify(self, drafted: int) -> int:
         """Accepted draft tokens of a `drafted`-token draft (counted as vLLM counts them)."""
-        n = accepted_length(self.rates[:drafted], self._rng.random())
+        n = accepted_length(self.rates if drafted == self.k else self.rates[:drafted], self._rng.random())
         self._drafts += 1
         self._draft_tokens += drafted
         self._accepted += n
