@@ -122,21 +122,36 @@ def test_the_frontend_takes_requests_one_at_a_time() -> None:
     assert got == pytest.approx([3.0 + 10.0 + 1.0, 3.0 + 20.0 + 1.0, 3.0 + 30.0 + 1.0])
 
 
-def test_the_frontend_streams_tokens_in_its_turn_behind_intake() -> None:
-    # Known answer: 1 ms steps, 2 ms of frontend per streamed token, 100 us per prompt
-    # token (1 ms per 10-token prompt), one FIFO. Request 0 reaches it at 3 ms, enters the
-    # engine at 4, samples at 5, 6, 7 ms. Its first token is streamed 5 -> 7 ms. Request 1,
-    # sent at 2.5 ms, reaches the frontend at 5.5, behind that token: taken 7 -> 8 ms. Then
-    # request 0's second token (sampled at 6) 8 -> 10, its third 10 -> 12; request 1's
-    # token, sampled in step 8 -> 9, streamed 12 -> 14 ms.
-    quick = SimEngine(SimConfig(num_gpu_blocks=256, block_size=16, max_num_seqs=8,
-                                max_num_batched_tokens=256, max_model_len=512,
-                                async_scheduling=False), AffineCost(step_s=0.001))
-    net = NetworkCosts(request_overhead_ms=3.0, router_hop_ms=0.5, frontend_us_per_prompt_token=100.0,
-                       frontend_us_per_output_token=2000.0)
-    run = simulate(Cluster([quick], None, net), [_req(0, 10, 3), _req(1, 10, 1)], [0.0, 0.0025])
+def _sync_quick(step_s: float) -> SimEngine:
+    return SimEngine(SimConfig(num_gpu_blocks=256, block_size=16, max_num_seqs=8,
+                               max_num_batched_tokens=256, max_model_len=512,
+                               async_scheduling=False), AffineCost(step_s=step_s))
+
+
+def test_a_lagging_event_loop_merges_tokens_into_one_chunk() -> None:
+    # Known answer: 1 ms steps, 2.5 ms per chunk, nothing else. The request enters the
+    # engine at 3 ms; tokens are sampled at 4, 5, 6, 7 ms. Token 1's chunk is sent 4 -> 6.5;
+    # tokens 2 and 3, processed meanwhile, wait and go in one chunk 6.5 -> 9.0 (the client
+    # splits its gap: 7.75, 9.0); token 4 (sampled at 7) 9.0 -> 11.5, and the request ends.
+    net = NetworkCosts(request_overhead_ms=3.0, frontend_us_per_chunk=2500.0)
+    run = simulate(Cluster([_sync_quick(0.001)], None, net), [_req(0, 10, 4)], [0.0])
+    rec = run.records[0]
+    assert rec.ttft_ms == pytest.approx(6.5)
+    assert rec.itl_ms == pytest.approx([1.25, 1.25, 2.5])
+    assert rec.chunks == 3 and rec.output_len == 4
+    assert run.duration_s == pytest.approx(0.0115)
+
+
+def test_a_burst_hands_its_first_request_over_after_the_others_are_taken_in() -> None:
+    # Known answer: three requests reach the API server together at 3 ms. Its loop takes
+    # each in for 3 ms (3 -> 6, 6 -> 9, 9 -> 12); the tokenizer does 2.4 ms each as they come
+    # (6 -> 8.4, 9 -> 11.4, 12 -> 14.4); each hand-off (1 ms) queues behind the loop's work:
+    # request 0's behind request 2's intake (12 -> 13), request 1's next (13 -> 14), request
+    # 2's at 14.4 -> 15.4. Steps of 1.5 ms: request 0 alone 13 -> 14.5, its token sent when
+    # the loop is free again at 15.4; request 1 at 14.5 -> 16.0; request 2 at 16.0 -> 17.5.
+    net = NetworkCosts(request_overhead_ms=3.0, frontend_us_per_request=3000.0,
+                       frontend_handoff_us=1000.0, frontend_tokenize_us=2400.0)
+    run = simulate(Cluster([_sync_quick(0.0015)], None, net), [_req(i, 10, 1) for i in range(3)],
+                   [0.0] * 3)
     by = {r.index: r for r in run.records}
-    assert by[0].ttft_ms == pytest.approx(7.0)
-    assert by[0].itl_ms == pytest.approx([3.0, 2.0])
-    assert by[1].ttft_ms == pytest.approx(14.0 - 2.5)
-    assert run.duration_s == pytest.approx(0.014)
+    assert [by[i].ttft_ms for i in range(3)] == pytest.approx([15.4, 16.0, 17.5])

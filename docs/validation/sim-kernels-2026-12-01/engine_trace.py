@@ -50,6 +50,12 @@ def kernels_of(prof) -> dict[str, list[float]]:
             row = out[e["name"][:160]]
             row[0] += 1
             row[1] += float(e.get("dur", 0.0))
+        elif e.get("ph") == "X" and e.get("cat") == "cuda_runtime":
+            # host-side launches (cudaLaunchKernel, cudaGraphLaunch...): how many and how
+            # long the CPU spent in them, under the "runtime:" prefix
+            row = out["runtime:" + e["name"][:60]]
+            row[0] += 1
+            row[1] += float(e.get("dur", 0.0))
     return dict(out)
 
 
@@ -62,6 +68,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=64)
     ap.add_argument("--eager", action="store_true")
     ap.add_argument("--device", default="cuda")
+    ap.add_argument("--speculative-config", default=None,
+                    help="vLLM's --speculative-config JSON (a drafter's forwards traced too)")
     args = ap.parse_args()
 
     import torch
@@ -74,6 +82,8 @@ def main() -> None:
     vocab = int(cfg.get("vocab_size") or cfg.get("text_config", {}).get("vocab_size", 50_000))
     t0 = time.monotonic()
     kw = {"gpu_memory_utilization": 0.85} if args.device == "cuda" else {}
+    if args.speculative_config:
+        kw["speculative_config"] = json.loads(args.speculative_config)
     llm = LLM(model=args.model, load_format="dummy", enforce_eager=args.eager, seed=0,
               max_model_len=args.context + args.steps + 64, max_num_batched_tokens=8192,
               max_num_seqs=1024, enable_prefix_caching=False, **kw)
@@ -82,7 +92,8 @@ def main() -> None:
     one = SamplingParams(max_tokens=1, ignore_eos=True, temperature=0.0)
     many = SamplingParams(max_tokens=args.steps, ignore_eos=True, temperature=0.0)
     seed = 1
-    result = {"model": args.model, "eager": args.eager, "context": args.context,
+    result = {"model": args.model, "eager": args.eager,
+              "speculative_config": args.speculative_config, "context": args.context,
               "steps": args.steps, "start_s": round(start_s, 1), "vllm": vllm.__version__,
               "torch": torch.__version__, "batches": {}}
 
@@ -118,9 +129,11 @@ def main() -> None:
         result["batches"][str(b)] = {
             "wall_1_s": round(w1, 5), "wall_n_s": round(wn, 5),
             "decode_step_ms": round((wn - w1) / (args.steps - 1) * 1e3, 4),
-            "decode_kernels_us": round(sum(v[1] for v in per_step.values()), 2),
+            "decode_kernels_us": round(sum(v[1] for k, v in per_step.items()
+                                           if not k.startswith("runtime:")), 2),
             "decode_per_step": dict(sorted(per_step.items(), key=lambda kv: -kv[1][1])),
-            "prefill_kernels_us": round(sum(v[1] for v in k1.values()), 2),
+            "prefill_kernels_us": round(sum(v[1] for k, v in k1.items()
+                                            if not k.startswith("runtime:")), 2),
             "prefill": {k: [v[0], round(v[1], 2)] for k, v in
                         sorted(k1.items(), key=lambda kv: -kv[1][1])},
         }

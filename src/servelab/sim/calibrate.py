@@ -10,14 +10,15 @@ TTFT less), plus a weak pull towards the GPU class's defaults so that parameters
 cannot separate stay where they were.
 
 Fitted: the residual the kernels leave (`Calibration`): `gpu_time_scale, step_overhead_ms,
-per_seq_us, launch_us, request_overhead_ms, frontend_us_per_prompt_token,
-frontend_us_per_output_token`
-(`per_prefill_token_us` stays at its default: bench summaries cannot tell it from the
-launch and frontend costs). The kernel times
+per_seq_us, launch_us, request_overhead_ms` (`per_prefill_token_us` stays at its default:
+bench summaries cannot tell it from the launch costs). The API server's figures
+(`frontend_*`) are not fitted here: they are measured where the API server binds (probes
+of one output token per request and of long streams on a small model) and come with the
+starting calibration. The kernel times
 themselves come from the GPU's profile and are never fitted; the residual is one set per
 GPU, fitted on cells of several models at once (each target carries its own deployment),
 and `evaluate` reports the error on cells the fit did not see.
-The search is Nelder-Mead (`nelder_mead`, numpy only: scipy is not a dependency). Why: seven
+The search is Nelder-Mead (`nelder_mead`, numpy only: scipy is not a dependency). Why: five
 parameters, an objective that is a whole simulation (no gradient; piecewise-smooth, since
 batch composition changes in steps), and a budget of tens of evaluations: a
 derivative-free simplex method fits that.
@@ -49,7 +50,7 @@ FIT_METRICS: dict[str, float] = {
 }
 PRIOR_WEIGHT = 0.002
 _PARAMS = ("gpu_time_scale", "step_overhead_ms", "per_seq_us", "launch_us",
-           "request_overhead_ms", "frontend_us_per_prompt_token", "frontend_us_per_output_token")
+           "request_overhead_ms")
 _SCALE_BOUNDS = (0.6, 1.6)
 
 

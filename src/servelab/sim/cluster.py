@@ -23,16 +23,30 @@ class NetworkCosts:
     `request_overhead_ms`: client -> server HTTP, JSON parsing, tokenisation, detokenise
     and SSE of the first token (fitted by `sim calibrate`, as part of a `Calibration`);
     `router_hop_ms`: the extra proxy hop when there is more than one replica.
-    `frontend_us_per_prompt_token`: the replica's API server's own time per prompt token
-    (tokenising it), spent one request at a time, so concurrent arrivals queue for it;
-    `frontend_us_per_output_token`: its time per streamed token (detokenise, SSE), in the
-    same queue: a token reaches the client once streamed.
+    `frontend_us_per_request`: the replica's API server's event-loop time per request
+    before tokenising (HTTP, validation), in turn with its chunk sends, and
+    `frontend_handoff_us` after it (processing, the hand-off to the engine), queued behind
+    what the loop has to do by then (a burst's later intakes included);
+    `frontend_tokenize_us` + `frontend_us_per_prompt_token` x prompt tokens: its time per
+    request on its tokenizer worker (vLLM's renderer thread pool, one worker by
+    default), one request at a time, so concurrent arrivals queue there, apart from the
+    event loop that streams;
+    `frontend_us_per_output_token`: the event loop's time per output token of a step
+    (vLLM's output handler: detokenise, per-request output), paid for every token;
+    `frontend_us_per_chunk`: its time per SSE chunk sent (response object, JSON, socket
+    write). Tokens that reach a request whose previous chunk still waits to be sent join
+    that chunk (vLLM's per-request output collector merges them), so a lagging event
+    loop sends fewer, larger chunks.
     """
 
     request_overhead_ms: float = 3.0
     router_hop_ms: float = 0.5
     frontend_us_per_prompt_token: float = 0.0
     frontend_us_per_output_token: float = 0.0
+    frontend_us_per_chunk: float = 0.0
+    frontend_us_per_request: float = 0.0
+    frontend_tokenize_us: float = 0.0
+    frontend_handoff_us: float = 0.0
 
 
 class Cluster:
@@ -57,13 +71,31 @@ class Cluster:
         return (self.network.request_overhead_ms + hop) / 1e3
 
     def frontend_s(self, prompt_tokens: int) -> float:
-        """Seconds a replica's API-server frontend spends on one request before the engine."""
-        return self.network.frontend_us_per_prompt_token * prompt_tokens * 1e-6
+        """Seconds a replica's tokenizer worker spends on one request before the engine."""
+        n = self.network
+        if not n.frontend_us_per_prompt_token and not n.frontend_tokenize_us:
+            return 0.0
+        return (n.frontend_tokenize_us + n.frontend_us_per_prompt_token * prompt_tokens) * 1e-6
+
+    @property
+    def frontend_handoff_s(self) -> float:
+        """Seconds of a replica's event loop per request it hands to the engine."""
+        return self.network.frontend_handoff_us * 1e-6
+
+    @property
+    def frontend_request_s(self) -> float:
+        """Seconds of a replica's event loop per request it takes in."""
+        return self.network.frontend_us_per_request * 1e-6
 
     @property
     def frontend_output_s(self) -> float:
-        """Seconds of a replica's frontend per output token it streams."""
+        """Seconds of a replica's event loop per output token of a step."""
         return self.network.frontend_us_per_output_token * 1e-6
+
+    @property
+    def frontend_chunk_s(self) -> float:
+        """Seconds of a replica's event loop per SSE chunk it sends."""
+        return self.network.frontend_us_per_chunk * 1e-6
 
     def route(self, req: RouteRequest, now_s: float) -> int:
         """The replica index for `req` (counted in flight until `finished`)."""

@@ -106,9 +106,17 @@ class Calibration(BaseModel):
         "CPU time per kernel or graph launch outside a full CUDA graph"))
     request_overhead_ms: float = Field(ge=0)
     frontend_us_per_prompt_token: float = Field(0.0, ge=0, description=(
-        "API-server time per prompt token (tokenising), one request at a time per replica"))
+        "API-server tokenizer time per prompt token, one request at a time per replica"))
     frontend_us_per_output_token: float = Field(0.0, ge=0, description=(
-        "API-server time per streamed token (detokenise, SSE), in the same queue as intake"))
+        "API-server event-loop time per output token of a step (detokenise, outputs)"))
+    frontend_us_per_chunk: float = Field(0.0, ge=0, description=(
+        "API-server event-loop time per SSE chunk sent; tokens waiting for a chunk join it"))
+    frontend_us_per_request: float = Field(0.0, ge=0, description=(
+        "API-server event-loop time per request before tokenising (HTTP, validation)"))
+    frontend_handoff_us: float = Field(0.0, ge=0, description=(
+        "API-server event-loop time per request after tokenising (hand-off to the engine)"))
+    frontend_tokenize_us: float = Field(0.0, ge=0, description=(
+        "API-server tokenizer time per request on top of the per-prompt-token time"))
     cpu_step_ms: float = Field(0.0, ge=0, description=(
         "the engine's CPU time per step (schedule, inputs, outputs): a floor under the step "
         "with async scheduling, added to it without"))
@@ -151,15 +159,23 @@ class Calibration(BaseModel):
 # baseline, then n-gram K = 2; the other speculative arms held out). L40S: no profile and no
 # CPU figures of its host (sync and speculation costs 0: not measured); the seeds' row
 # (docs/simulator.md, "Validation") with the H200 host's launch and frontend costs.
+# vLLM 0.25.1's API server on the H200 host, measured where it binds (Qwen3-0.6B served,
+# docs/validation/sim-frontend-2026-12-01): one-output-token probes at 64 / 1,024 / 4,096
+# prompt tokens give the event loop's time per request (436 req/s at 64 tokens: 2.3 ms,
+# split 1.1 before tokenising (a burst of 64 reaches the tokenizer after ~70 ms) and 1.1
+# after) and the tokenizer worker's 0.84 ms + 5.14 us per prompt token (164 and 46 req/s);
+# 128 streams of 512 tokens saturate the loop at 20,626 tokens in 11,594 chunks per
+# second, 64 streams keep up at 64 chunks per 4.5 ms step: 10 us per token, 61 per chunk.
+H200_API_SERVER = dict(frontend_us_per_request=1100.0, frontend_handoff_us=1100.0,
+                       frontend_tokenize_us=840.0, frontend_us_per_prompt_token=5.14,
+                       frontend_us_per_output_token=10.0, frontend_us_per_chunk=60.8)
 DEFAULT_CALIBRATIONS: dict[str, Calibration] = {
     "L40S": Calibration(gpu_class="L40S", step_overhead_ms=2.44, per_seq_us=20.0,
-                        request_overhead_ms=3.16, launch_us=96.9,
-                        frontend_us_per_prompt_token=3.70, frontend_us_per_output_token=108.2,
+                        request_overhead_ms=3.16, launch_us=88.1, **H200_API_SERVER,
                         fitted_on=("seeds: L40S ShareGPT 2000 prompts, rate 10, c10",)),
-    "H200": Calibration(gpu_class="H200", gpu_time_scale=0.966, step_overhead_ms=0.227,
-                        per_seq_us=7.34, launch_us=96.9, request_overhead_ms=7.39,
-                        frontend_us_per_prompt_token=3.70,
-                        frontend_us_per_output_token=108.2,
+    "H200": Calibration(gpu_class="H200", gpu_time_scale=0.924, step_overhead_ms=0.291,
+                        per_seq_us=6.23, launch_us=88.1, request_overhead_ms=8.64,
+                        **H200_API_SERVER,
                         cpu_step_ms=2.081, cpu_per_seq_us=16.70,
                         spec_per_seq_us=24.47,
                         fitted_on=("H200 vLLM 0.25.1: Qwen3-4B, Llama-3.1-8B (10 cells)",

@@ -2,20 +2,27 @@
 
 Client semantics are the bench client's (`servelab.client.sender`): request i is due at
 `intended_s[i]`; with `max_concurrency` it then waits (FIFO) for a free slot, recorded as
-`slot_wait_ms`; it reaches its replica `Cluster.ingress_s` after it is sent, then waits its
-turn in the replica's API-server frontend, which takes requests one at a time
-(`Cluster.frontend_s`: tokenising the prompt; a burst of long prompts queues there, as in
-vLLM's single-process API server); a token reaches the client when its step ends and the
-same frontend has streamed it (`Cluster.frontend_output_s` per token, in its turn behind
-earlier intake and output: under load the API server, not the GPU, can delay first tokens). Warm-ups (copies of the first requests) run first, capped
-alike, and their records carry negative times as the client's do.
+`slot_wait_ms`; it reaches its replica `Cluster.ingress_s` after it is sent. With API-server
+costs (`NetworkCosts.frontend_*`) it then goes through the replica's API server as vLLM's
+runs it: one asyncio event loop and one tokenizer worker. The loop takes the request in
+(`frontend_request_s`) in its turn among the loop's ready work, the tokenizer worker
+tokenises it (`frontend_s`, one request at a time), and the loop hands it to the engine
+(`frontend_handoff_s`) in its turn again, behind whatever was queued meanwhile (so a burst
+of long prompts reaches the engine one by one, after the burst's first halves). A step's
+outputs go back through the same loop: it processes every queued step first
+(`frontend_output_s` per token, vLLM's output handler does not yield), then sends each
+request's chunk in turn (`frontend_chunk_s` per chunk); tokens that reach a request whose
+chunk still waits join it, so a loaded loop sends fewer, larger chunks, as vLLM's per-request
+output collector does. Under load the API server, not the GPU, can delay first tokens and
+space the later ones. Warm-ups (copies of the first requests) run first, capped alike, and
+their records carry negative times as the client's do.
 
-The discrete-event core is `_run`: a heap of (time, seq, kind, arg) with four kinds:
-a request falls due, a request reaches a replica, a replica's step ends, an idle replica is
-kicked, and (with frontend costs) a request leaves the frontend for the engine, a step's
-tokens leave the frontend for the client. A replica starts a step when its previous step ends and it has work, or, when a
-request reaches it idle, after all other events of that instant (so requests arriving
-together share the first step, as they do when the online server's loop wakes).
+The discrete-event core is `_run`: a heap of (time, seq, kind, arg): a request falls due,
+reaches a replica, leaves the tokenizer, enters the engine; a replica's step ends; an idle
+replica is kicked; a replica's event loop finishes a piece of work. A replica starts a step
+when its previous step ends and it has work, or, when a request reaches it idle, after all
+other events of that instant (so requests arriving together share the first step, as they
+do when the online server's loop wakes).
 """
 
 from __future__ import annotations
@@ -33,7 +40,7 @@ from servelab.sim.engine import RequestRejected, SimEngine
 from servelab.sim.scheduler import ScheduledStep
 from servelab.sim.speculative import SpecCounters
 
-_STEP_DONE, _REACH, _DUE, _KICK, _ADMIT, _DELIVER = 0, 1, 2, 3, 4, 5
+_STEP_DONE, _REACH, _DUE, _KICK, _ADMIT, _LOOP, _TOKENIZED = 0, 1, 2, 3, 4, 5, 6
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +112,7 @@ def _spec_delta(before: list[SpecCounters] | None,
 
 
 class _Flight:
-    __slots__ = ("rec", "route", "replica", "times", "chunks")
+    __slots__ = ("rec", "route", "replica", "times", "chunks", "engine_done")
 
     def __init__(self, rec: RequestRecord, route: RouteRequest) -> None:
         self.rec = rec
@@ -113,6 +120,25 @@ class _Flight:
         self.replica = -1
         self.times: list[float] = []
         self.chunks = 0  # SSE chunks that carried tokens (several tokens with speculation)
+        self.engine_done = False  # the engine finished it; its last chunk may still wait
+
+
+class _EventLoop:
+    """A replica's API-server event loop: one CPU with two kinds of work. A step's outputs
+    are processed first (vLLM's output handler takes every engine output already queued
+    without yielding), then requests' chunks are sent one at a time in the order their
+    first waiting token arrived; tokens processed while a request's chunk waits join it."""
+
+    __slots__ = ("busy", "steps", "tasks", "waiting", "current")
+
+    def __init__(self) -> None:
+        self.busy = False
+        self.steps: deque[tuple[list, list]] = deque()  # outputs not yet processed
+        # ready coroutines in turn: (2, request) sends its chunk, (3, request) takes it in,
+        # (4, request) hands it, tokenised, to the engine
+        self.tasks: deque[tuple[int, int]] = deque()
+        self.waiting: dict[int, int] = {}                # request -> tokens waiting to be sent
+        self.current: tuple[int, object] = (0, None)     # (0: idle, 1: outputs, 2/3: a task)
 
 
 def _run(cluster: Cluster, requests: Sequence[OfflineRequest], intended_s: Sequence[float],
@@ -132,9 +158,10 @@ def _run(cluster: Cluster, requests: Sequence[OfflineRequest], intended_s: Seque
     busy = [False] * len(engines)
     pending: list[tuple[list, list]] = [([], [])] * len(engines)
     ingress = cluster.ingress_s
-    frontend_free = [t0] * len(engines)  # when each replica's frontend is next free
-    out_cost = cluster.frontend_output_s
-    outbox: dict[int, tuple[list, list]] = {}  # a step's tokens waiting for the frontend
+    intake_free = [t0] * len(engines)  # when each replica's tokenizer worker is next free
+    tok_cost, chunk_cost = cluster.frontend_output_s, cluster.frontend_chunk_s
+    req_cost, handoff_cost = cluster.frontend_request_s, cluster.frontend_handoff_s
+    loops = [_EventLoop() for _ in engines] if (tok_cost or chunk_cost or req_cost) else []
     t_last = t0
     steps = 0
 
@@ -184,17 +211,87 @@ def _run(cluster: Cluster, requests: Sequence[OfflineRequest], intended_s: Seque
         else:
             free_slots += 1
 
+    def tokenize(i: int, k: int, now: float) -> None:
+        """Request i queues for replica k's tokenizer worker, then enters the engine."""
+        nonlocal seq
+        intake_free[k] = max(now, intake_free[k]) + cluster.frontend_s(len(requests[i].prompt_token_ids))
+        heapq.heappush(heap, (intake_free[k], seq, _TOKENIZED if loops else _ADMIT, i))
+        seq += 1
+
+    def to_loop(k: int, task: tuple[int, int], now: float) -> None:
+        lp = loops[k]
+        lp.tasks.append(task)
+        if not lp.busy:
+            loop_next(k, now)
+
+    def loop_next(k: int, now: float) -> None:
+        """Start replica k's event loop on its next piece of work, if any."""
+        nonlocal seq
+        lp = loops[k]
+        if lp.steps:
+            emitted, done = lp.steps.popleft()
+            lp.current = (1, (emitted, done))
+            dt = tok_cost * sum(r.num_new_output for r in emitted)
+        elif lp.tasks:
+            kind_, tag = lp.tasks.popleft()
+            if kind_ == 2:
+                lp.current = (2, (tag, lp.waiting.pop(tag)))
+                dt = chunk_cost
+            else:
+                lp.current = (kind_, tag)
+                dt = req_cost if kind_ == 3 else handoff_cost
+        else:
+            lp.busy, lp.current = False, (0, None)
+            return
+        lp.busy = True
+        heapq.heappush(heap, (now + dt, seq, _LOOP, k))
+        seq += 1
+
+    def loop_done(k: int, now: float) -> None:
+        """Replica k's event loop finished its current piece of work at `now`."""
+        nonlocal t_last, seq
+        lp = loops[k]
+        kind_, item = lp.current
+        if kind_ == 1:
+            emitted, done = item  # type: ignore[misc]
+            for r in emitted:
+                if r.tag in lp.waiting:
+                    lp.waiting[r.tag] += r.num_new_output
+                else:
+                    lp.waiting[r.tag] = r.num_new_output
+                    lp.tasks.append((2, r.tag))
+            for r in done:
+                fl = flights[r.tag]
+                assert fl is not None
+                fl.engine_done = True
+                if r.tag not in lp.waiting:
+                    complete(r.tag, now)
+                    t_last = max(t_last, now)
+        elif kind_ == 3:
+            tokenize(item, k, now)  # type: ignore[arg-type]
+        elif kind_ == 4:
+            heapq.heappush(heap, (now, seq, _ADMIT, item))  # type: ignore[arg-type]
+            seq += 1
+        else:
+            tag, k_tokens = item  # type: ignore[misc]
+            fl = flights[tag]
+            assert fl is not None
+            _arrive(fl, now, k_tokens)
+            if fl.engine_done and tag not in lp.waiting:
+                complete(tag, now)
+            t_last = max(t_last, now)
+        loop_next(k, now)
+
     while heap:
         now, _s, kind, arg = heapq.heappop(heap)
         if kind == _STEP_DONE:
             emitted, done = pending[arg]
-            if emitted and out_cost:
-                # The frontend streams the step's tokens (detokenise, SSE) in its turn, after
-                # what it already had to do; the engine steps on meanwhile.
-                frontend_free[arg] = max(now, frontend_free[arg]) + out_cost * len(emitted)
-                outbox[seq] = (emitted, done)
-                heapq.heappush(heap, (frontend_free[arg], seq, _DELIVER, seq))
-                seq += 1
+            if loops and (emitted or done):
+                # The API server's event loop takes the step's outputs in its turn; the
+                # engine steps on meanwhile.
+                loops[arg].steps.append((emitted, done))
+                if not loops[arg].busy:
+                    loop_next(arg, now)
             else:
                 for r in emitted:
                     _arrive(flights[r.tag], now, r.num_new_output)  # type: ignore[arg-type, index]
@@ -205,13 +302,13 @@ def _run(cluster: Cluster, requests: Sequence[OfflineRequest], intended_s: Seque
                 start_step(arg, now)
             else:
                 busy[arg] = False
-        elif kind == _DELIVER:
-            emitted, done = outbox.pop(arg)
-            for r in emitted:
-                _arrive(flights[r.tag], now, r.num_new_output)  # type: ignore[arg-type, index]
-            for r in done:
-                complete(r.tag, now)  # type: ignore[arg-type]
-            t_last = max(t_last, now)
+        elif kind == _LOOP:
+            loop_done(arg, now)
+        elif kind == _TOKENIZED:
+            # back on the event loop, behind what is queued there, for the hand-off
+            fl = flights[arg]
+            assert fl is not None
+            to_loop(fl.replica, (4, arg), now)
         elif kind in (_REACH, _ADMIT):
             fl = flights[arg]
             assert fl is not None
@@ -219,11 +316,12 @@ def _run(cluster: Cluster, requests: Sequence[OfflineRequest], intended_s: Seque
             if kind == _REACH:
                 k = cluster.route(fl.route, now)
                 fl.replica = k
-                cost = cluster.frontend_s(len(req.prompt_token_ids))
-                if cost > 0 or frontend_free[k] > now:
-                    frontend_free[k] = max(now, frontend_free[k]) + cost
-                    heapq.heappush(heap, (frontend_free[k], seq, _ADMIT, arg))
-                    seq += 1
+                if loops:
+                    # The event loop takes the request in (HTTP, validation) in its turn.
+                    to_loop(k, (3, arg), now)
+                    continue
+                if cluster.frontend_s(len(req.prompt_token_ids)) > 0 or intake_free[k] > now:
+                    tokenize(arg, k, now)
                     continue
             k = fl.replica
             try:

@@ -63,7 +63,11 @@ def build_cluster(opts: SimOptions, rng: random.Random) -> Cluster:
     policy = make_policy(opts.router_policy, rng) if opts.replicas > 1 else None
     return Cluster(engines, policy, NetworkCosts(cal.request_overhead_ms, ROUTER_HOP_MS,
                                                  cal.frontend_us_per_prompt_token,
-                                                 cal.frontend_us_per_output_token))
+                                                 cal.frontend_us_per_output_token,
+                                                 cal.frontend_us_per_chunk,
+                                                 cal.frontend_us_per_request,
+                                                 cal.frontend_tokenize_us,
+                                                 cal.frontend_handoff_us))
 
 
 def fit_token_ids(ids: Sequence[int], prompt_len: int, index: int) -> tuple[int, ...]:
