@@ -5,6 +5,7 @@ capture sizes."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from servelab.plan import EngineArgs
 from servelab.plan.args import uses_v1_model_runner
 from servelab.sim.calibrate import nelder_mead
 from servelab.sim.cost import (
+    H200_API_SERVER,
     Calibration,
     OperatorCostModel,
     default_calibration,
@@ -265,3 +267,17 @@ def test_profile_files_are_checked(tmp_path: Path) -> None:
     path.write_text(json.dumps(data))
     with pytest.raises(ServelabError, match="gemm.0.time_us"):
         KernelProfile.load(path)
+
+
+def test_the_shipped_api_server_figures_are_the_ones_its_probes_give() -> None:
+    # H200_API_SERVER is a measurement, not a tuning: it must equal what summarise.py
+    # derives from the committed probes (rounded as shipped).
+    path = Path(__file__).resolve().parents[1] / "docs/validation/sim-frontend-2026-12-01/summarise.py"
+    spec = importlib.util.spec_from_file_location("frontend_summarise", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    derived = mod.derive(mod.cells("qwen3-0.6b"))
+    assert set(derived) == set(H200_API_SERVER)
+    for key, value in derived.items():
+        assert H200_API_SERVER[key] == pytest.approx(value, abs=0.06), key

@@ -25,6 +25,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from prometheus_client.parser import text_string_to_metric_families
+
 HERE = Path(__file__).resolve().parent
 RES = HERE / "results"
 TINY_C64 = HERE.parent / "sim-kernels-2026-12-01" / "results" / "qwen3-0.6b" / "rnd_c64.json"
@@ -32,15 +34,15 @@ HIST = ("time_to_first_token", "request_queue_time", "request_prefill_time", "e2
 
 
 def _hist(path: Path) -> dict[str, float]:
+    """{'<histogram>:sum' / ':count': value} from a /metrics snapshot (labels summed)."""
     out: dict[str, float] = {}
     if path.exists():
-        for line in path.read_text().splitlines():
-            name, _, value = line.rpartition(" ")
-            base = name.split("{")[0]
-            for h in HIST:
-                for kind in ("sum", "count"):
-                    if base == f"vllm:{h}_seconds_{kind}":
-                        out[f"{h}:{kind}"] = out.get(f"{h}:{kind}", 0.0) + float(value)
+        for family in text_string_to_metric_families(path.read_text()):
+            for sample in family.samples:
+                for h in HIST:
+                    for kind in ("sum", "count"):
+                        if sample.name == f"vllm:{h}_seconds_{kind}":
+                            out[f"{h}:{kind}"] = out.get(f"{h}:{kind}", 0.0) + sample.value
     return out
 
 

@@ -73,8 +73,6 @@ class Cluster:
     def frontend_s(self, prompt_tokens: int) -> float:
         """Seconds a replica's tokenizer worker spends on one request before the engine."""
         n = self.network
-        if not n.frontend_us_per_prompt_token and not n.frontend_tokenize_us:
-            return 0.0
         return (n.frontend_tokenize_us + n.frontend_us_per_prompt_token * prompt_tokens) * 1e-6
 
     @property

@@ -44,8 +44,10 @@ step = PP x (GPU time of one stage x `gpu_time_scale`) + (PP - 1) activation hop
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -159,22 +161,24 @@ class Calibration(BaseModel):
 # baseline, then n-gram K = 2; the other speculative arms held out). L40S: no profile and no
 # CPU figures of its host (sync and speculation costs 0: not measured); the seeds' row
 # (docs/simulator.md, "Validation") with the H200 host's launch and frontend costs.
-# vLLM 0.25.1's API server on the H200 host, measured where it binds (Qwen3-0.6B served,
-# docs/validation/sim-frontend-2026-12-01): one-output-token probes at 64 / 1,024 / 4,096
-# prompt tokens give the event loop's time per request (436 req/s at 64 tokens: 2.3 ms,
-# split 1.1 before tokenising (a burst of 64 reaches the tokenizer after ~70 ms) and 1.1
-# after) and the tokenizer worker's 0.84 ms + 5.14 us per prompt token (164 and 46 req/s);
-# 128 streams of 512 tokens saturate the loop at 20,626 tokens in 11,594 chunks per
-# second, 64 streams keep up at 64 chunks per 4.5 ms step: 10 us per token, 61 per chunk.
-H200_API_SERVER = dict(frontend_us_per_request=1100.0, frontend_handoff_us=1100.0,
-                       frontend_tokenize_us=840.0, frontend_us_per_prompt_token=5.14,
-                       frontend_us_per_output_token=10.0, frontend_us_per_chunk=60.8)
+# vLLM 0.25.1's API server on the H200 host, measured where it binds (Qwen3-0.6B served;
+# docs/validation/sim-frontend-2026-12-01, `summarise.py` derives these from its probes):
+# one-output-token probes at 64 / 1,024 / 4,096 prompt tokens give the tokenizer worker's
+# time (164 and 46 req/s at 1,024 and 4,096: 0.85 ms + 5.14 us per token) and the event
+# loop's per request (436 req/s at 64 tokens: 2.3 ms, of which the part before tokenising
+# is what a burst of 64 takes to first reach the engine, ~76 ms); 128 streams of 512 tokens
+# saturate the loop at 20,626 tokens in 11,594 chunks per second while 64 streams keep up
+# at 64 chunks per 4.53 ms step: 9.8 us per token, 61 us per chunk.
+H200_API_SERVER: Mapping[str, float] = MappingProxyType(dict(
+    frontend_tokenize_us=850.2, frontend_us_per_prompt_token=5.14,
+    frontend_us_per_request=1186.3, frontend_handoff_us=1034.7,
+    frontend_us_per_output_token=9.77, frontend_us_per_chunk=60.96))
 DEFAULT_CALIBRATIONS: dict[str, Calibration] = {
     "L40S": Calibration(gpu_class="L40S", step_overhead_ms=2.44, per_seq_us=20.0,
-                        request_overhead_ms=3.16, launch_us=88.1, **H200_API_SERVER,
+                        request_overhead_ms=3.16, launch_us=85.7, **H200_API_SERVER,
                         fitted_on=("seeds: L40S ShareGPT 2000 prompts, rate 10, c10",)),
-    "H200": Calibration(gpu_class="H200", gpu_time_scale=0.924, step_overhead_ms=0.291,
-                        per_seq_us=6.23, launch_us=88.1, request_overhead_ms=8.64,
+    "H200": Calibration(gpu_class="H200", gpu_time_scale=0.938, step_overhead_ms=0.312,
+                        per_seq_us=6.92, launch_us=85.7, request_overhead_ms=9.03,
                         **H200_API_SERVER,
                         cpu_step_ms=2.081, cpu_per_seq_us=16.70,
                         spec_per_seq_us=24.47,

@@ -123,22 +123,29 @@ class _Flight:
         self.engine_done = False  # the engine finished it; its last chunk may still wait
 
 
+# What a replica's event loop is doing (`_EventLoop.current`).
+_IDLE, _OUTPUTS, _CHUNK, _TAKE_IN, _HAND_OFF = 0, 1, 2, 3, 4
+
+
 class _EventLoop:
     """A replica's API-server event loop: one CPU with two kinds of work. A step's outputs
     are processed first (vLLM's output handler takes every engine output already queued
-    without yielding), then requests' chunks are sent one at a time in the order their
-    first waiting token arrived; tokens processed while a request's chunk waits join it."""
+    without yielding), then the ready coroutines in turn: a request's chunk send (in the
+    order its first waiting token arrived; tokens processed while it waits join it), a
+    request's intake, a tokenised request's hand-off to the engine."""
 
-    __slots__ = ("busy", "steps", "tasks", "waiting", "current")
+    __slots__ = ("steps", "tasks", "waiting", "current", "item")
 
     def __init__(self) -> None:
-        self.busy = False
         self.steps: deque[tuple[list, list]] = deque()  # outputs not yet processed
-        # ready coroutines in turn: (2, request) sends its chunk, (3, request) takes it in,
-        # (4, request) hands it, tokenised, to the engine
-        self.tasks: deque[tuple[int, int]] = deque()
+        self.tasks: deque[tuple[int, int]] = deque()    # (_CHUNK | _TAKE_IN | _HAND_OFF, request)
         self.waiting: dict[int, int] = {}                # request -> tokens waiting to be sent
-        self.current: tuple[int, object] = (0, None)     # (0: idle, 1: outputs, 2/3: a task)
+        self.current = _IDLE
+        self.item: tuple = ()  # what `current` works on: (emitted, done), (request, tokens), (request,)
+
+    @property
+    def busy(self) -> bool:
+        return self.current != _IDLE
 
 
 def _run(cluster: Cluster, requests: Sequence[OfflineRequest], intended_s: Sequence[float],
@@ -161,7 +168,8 @@ def _run(cluster: Cluster, requests: Sequence[OfflineRequest], intended_s: Seque
     intake_free = [t0] * len(engines)  # when each replica's tokenizer worker is next free
     tok_cost, chunk_cost = cluster.frontend_output_s, cluster.frontend_chunk_s
     req_cost, handoff_cost = cluster.frontend_request_s, cluster.frontend_handoff_s
-    loops = [_EventLoop() for _ in engines] if (tok_cost or chunk_cost or req_cost) else []
+    loops = ([_EventLoop() for _ in engines]
+             if (tok_cost or chunk_cost or req_cost or handoff_cost) else [])
     t_last = t0
     steps = 0
 
@@ -229,21 +237,17 @@ def _run(cluster: Cluster, requests: Sequence[OfflineRequest], intended_s: Seque
         nonlocal seq
         lp = loops[k]
         if lp.steps:
-            emitted, done = lp.steps.popleft()
-            lp.current = (1, (emitted, done))
-            dt = tok_cost * sum(r.num_new_output for r in emitted)
+            lp.current, lp.item = _OUTPUTS, lp.steps.popleft()
+            dt = tok_cost * sum(r.num_new_output for r in lp.item[0])
         elif lp.tasks:
-            kind_, tag = lp.tasks.popleft()
-            if kind_ == 2:
-                lp.current = (2, (tag, lp.waiting.pop(tag)))
-                dt = chunk_cost
+            lp.current, tag = lp.tasks.popleft()
+            if lp.current == _CHUNK:
+                lp.item, dt = (tag, lp.waiting.pop(tag)), chunk_cost
             else:
-                lp.current = (kind_, tag)
-                dt = req_cost if kind_ == 3 else handoff_cost
+                lp.item, dt = (tag,), (req_cost if lp.current == _TAKE_IN else handoff_cost)
         else:
-            lp.busy, lp.current = False, (0, None)
+            lp.current, lp.item = _IDLE, ()
             return
-        lp.busy = True
         heapq.heappush(heap, (now + dt, seq, _LOOP, k))
         seq += 1
 
@@ -251,15 +255,14 @@ def _run(cluster: Cluster, requests: Sequence[OfflineRequest], intended_s: Seque
         """Replica k's event loop finished its current piece of work at `now`."""
         nonlocal t_last, seq
         lp = loops[k]
-        kind_, item = lp.current
-        if kind_ == 1:
-            emitted, done = item  # type: ignore[misc]
+        if lp.current == _OUTPUTS:
+            emitted, done = lp.item
             for r in emitted:
                 if r.tag in lp.waiting:
                     lp.waiting[r.tag] += r.num_new_output
                 else:
                     lp.waiting[r.tag] = r.num_new_output
-                    lp.tasks.append((2, r.tag))
+                    lp.tasks.append((_CHUNK, r.tag))
             for r in done:
                 fl = flights[r.tag]
                 assert fl is not None
@@ -267,16 +270,16 @@ def _run(cluster: Cluster, requests: Sequence[OfflineRequest], intended_s: Seque
                 if r.tag not in lp.waiting:
                     complete(r.tag, now)
                     t_last = max(t_last, now)
-        elif kind_ == 3:
-            tokenize(item, k, now)  # type: ignore[arg-type]
-        elif kind_ == 4:
-            heapq.heappush(heap, (now, seq, _ADMIT, item))  # type: ignore[arg-type]
+        elif lp.current == _TAKE_IN:
+            tokenize(lp.item[0], k, now)
+        elif lp.current == _HAND_OFF:
+            heapq.heappush(heap, (now, seq, _ADMIT, lp.item[0]))
             seq += 1
         else:
-            tag, k_tokens = item  # type: ignore[misc]
+            tag, n_tokens = lp.item
             fl = flights[tag]
             assert fl is not None
-            _arrive(fl, now, k_tokens)
+            _arrive(fl, now, n_tokens)
             if fl.engine_done and tag not in lp.waiting:
                 complete(tag, now)
             t_last = max(t_last, now)
@@ -308,7 +311,7 @@ def _run(cluster: Cluster, requests: Sequence[OfflineRequest], intended_s: Seque
             # back on the event loop, behind what is queued there, for the hand-off
             fl = flights[arg]
             assert fl is not None
-            to_loop(fl.replica, (4, arg), now)
+            to_loop(fl.replica, (_HAND_OFF, arg), now)
         elif kind in (_REACH, _ADMIT):
             fl = flights[arg]
             assert fl is not None
@@ -318,7 +321,7 @@ def _run(cluster: Cluster, requests: Sequence[OfflineRequest], intended_s: Seque
                 fl.replica = k
                 if loops:
                     # The event loop takes the request in (HTTP, validation) in its turn.
-                    to_loop(k, (3, arg), now)
+                    to_loop(k, (_TAKE_IN, arg), now)
                     continue
                 if cluster.frontend_s(len(req.prompt_token_ids)) > 0 or intake_free[k] > now:
                     tokenize(arg, k, now)
