@@ -320,6 +320,8 @@ def test_draining_answers_503_on_open_connections_and_finishes_streams(procs):  
 def _refused(port: int) -> bool:
     try:
         socket.create_connection(("127.0.0.1", port), timeout=1).close()
-    except ConnectionRefusedError:
+    except (ConnectionRefusedError, ConnectionResetError):
+        # A connect that lands while the listener closes is reset, not refused: it is
+        # closed either way (seen in CI: ECONNRESET on connect during the drain).
         return True
     return False
