@@ -20,6 +20,7 @@ from servelab.plan.args import uses_v1_model_runner
 from servelab.sim.calibrate import nelder_mead
 from servelab.sim.cost import (
     H200_API_SERVER,
+    H200_DRAFT_LAYER_US,
     Calibration,
     OperatorCostModel,
     default_calibration,
@@ -269,14 +270,29 @@ def test_profile_files_are_checked(tmp_path: Path) -> None:
         KernelProfile.load(path)
 
 
-def test_the_shipped_api_server_figures_are_the_ones_its_probes_give() -> None:
-    # H200_API_SERVER is a measurement, not a tuning: it must equal what summarise.py
-    # derives from the committed probes (rounded as shipped).
-    path = Path(__file__).resolve().parents[1] / "docs/validation/sim-frontend-2026-12-01/summarise.py"
-    spec = importlib.util.spec_from_file_location("frontend_summarise", path)
+def _validation_module(rel: str, name: str):
+    path = Path(__file__).resolve().parents[1] / rel
+    spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
+    return mod
+
+
+def test_the_shipped_drafter_figure_is_what_its_engine_trace_gives() -> None:
+    # H200_DRAFT_LAYER_US is read off the draft-model engine trace with the shipped residual
+    # pricing the target's verification: it must equal what summarise.py derives now.
+    mod = _validation_module("docs/validation/sim-host-2026-12-01/summarise.py", "host_summarise")
+    rows = mod.drafter_layer_us()
+    assert [r[0] for r in rows] == [1, 16]
+    assert H200_DRAFT_LAYER_US == mod.draft_layer_us(rows)
+    assert default_calibration("H200").draft_layer_us == H200_DRAFT_LAYER_US
+
+
+def test_the_shipped_api_server_figures_are_the_ones_its_probes_give() -> None:
+    # H200_API_SERVER is a measurement, not a tuning: it must equal what summarise.py
+    # derives from the committed probes (rounded as shipped).
+    mod = _validation_module("docs/validation/sim-frontend-2026-12-01/summarise.py", "frontend_summarise")
     derived = mod.derive(mod.cells("qwen3-0.6b"))
     assert set(derived) == set(H200_API_SERVER)
     for key, value in derived.items():

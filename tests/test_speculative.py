@@ -22,7 +22,7 @@ from servelab.models import load_model
 from servelab.plan import EngineArgs, plan_memory
 from servelab.plan.memory import GIB, loaded_weights_bytes
 from servelab.models.costs import kv_bytes_per_token_per_gpu
-from servelab.sim.cost import AffineCost
+from servelab.sim.cost import AffineCost, default_calibration
 from servelab.sim.engine import SimConfig, SimEngine, build_engine
 from servelab.sim.scheduler import ScheduledStep
 from servelab.sim.spec_payoff import PayoffModel
@@ -183,6 +183,24 @@ def test_ngram_and_draft_models_lose_async_scheduling_eagle_keeps_it() -> None:
                          SpeculativeConfig(method="eagle", model="no/such-head", num_speculative_tokens=2,
                                            acceptance=[0.5, 0.2]))
     assert ngram.config.async_scheduling is False and eagle.config.async_scheduling is True
+
+
+def test_a_draft_models_forwards_run_on_the_cpu_an_eagle_heads_replay_graphs() -> None:
+    # vLLM 0.25.1 gives the drafter piecewise graphs for EAGLE-type methods only. With CPU
+    # costs far above any kernel's time each drafter forward costs its CPU side: the host's
+    # time per drafter layer for a draft model (every kernel launched from Python), a graph
+    # piece and attention per layer at the launch cost for an EAGLE head.
+    cal = default_calibration("H200").model_copy(update={"launch_us": 1000.0, "draft_layer_us": 2000.0})
+    step = ScheduledStep(reqs=[], num_new=[], decode_seqs=1, decode_context_tokens=1000,
+                         prefill_tokens=0, prefill_context_tokens=0, preempted=0,
+                         draft_tokens=2, drafting_seqs=1)
+    for method, per_forward_s in (("draft_model", 28 * 2e-3), ("eagle3", (2 * 28 + 8) * 1e-3)):
+        cfg = SpeculativeConfig(method=method, model="Qwen/Qwen3-0.6B", num_speculative_tokens=2,
+                                acceptance=[0.5, 0.2])
+        engine = build_engine("Qwen/Qwen3-14B", "H200", None, ARGS, cal, True, None, cfg)
+        assert engine.cost.spec.drafter.model.layers == 28
+        assert engine.cost.draft_s(step) == pytest.approx(2 * per_forward_s, rel=1e-9)
+    assert SpeculativeConfig(method="draft_model", model="x", num_speculative_tokens=2).drafter_on_graphs is False
 
 
 def test_the_simulator_needs_an_acceptance() -> None:

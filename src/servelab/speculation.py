@@ -30,6 +30,11 @@ MODEL_METHODS: frozenset[str] = frozenset({"draft_model", "eagle", "eagle3", "mt
 # (eagle, eagle3, mtp, ...); for the others it logs "Async scheduling not supported with
 # <method>-based speculative decoding and will be disabled."
 ASYNC_METHODS: frozenset[str] = frozenset({"eagle", "eagle3", "mtp"})
+# vLLM 0.25.1 gives the drafter CUDA graphs (piecewise) for these methods only: the model
+# runner initialises the drafter's graph keys when `use_eagle()`; a draft model's forwards
+# find no key and launch every kernel (an engine trace of a draft-model step shows one graph
+# launch, the target's, and ~1,400 kernel launches for the drafter's four forwards).
+DRAFTER_GRAPH_METHODS: frozenset[str] = ASYNC_METHODS
 
 # Keys of this record that only servelab reads (the simulator's inputs); the rest are
 # vLLM's `--speculative-config` keys, passed as they are.
@@ -92,6 +97,11 @@ class SpeculativeConfig(BaseModel):
     def keeps_async_scheduling(self) -> bool:
         """Whether vLLM 0.25.1 keeps asynchronous scheduling with this method."""
         return self.method in ASYNC_METHODS
+
+    @property
+    def drafter_on_graphs(self) -> bool:
+        """Whether vLLM 0.25.1 replays CUDA graphs (piecewise) for the drafter's forwards."""
+        return self.method in DRAFTER_GRAPH_METHODS
 
     def with_measured(self, per_position: tuple[float, ...] | list[float],
                       proposal_rate: float) -> SpeculativeConfig:

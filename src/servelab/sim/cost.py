@@ -36,8 +36,11 @@ step = PP x (GPU time of one stage x `gpu_time_scale`) + (PP - 1) activation hop
   on a full CUDA graph only when every sequence carries a whole draft (vLLM's uniform
   decode batch; any other batch replays piecewise graphs), then a draft model or EAGLE
   head runs its K forwards in the same step: the first over the step's tokens, the
-  others over one token per sequence, on piecewise graphs (vLLM captures no full graph
-  for drafters). N-gram lookup runs on the CPU and is left out (well under 0.1 ms a step
+  others over one token per sequence. An EAGLE-type head replays piecewise graphs (vLLM
+  captures no full graph for drafters); a draft model gets none (vLLM 0.25.1 initialises
+  the drafter's graph keys for EAGLE-type methods only) and launches every kernel, so a
+  forward takes max(its kernels, its layers x `draft_layer_us`, the host's CPU time per
+  drafter layer). N-gram lookup runs on the CPU and is left out (well under 0.1 ms a step
   at 64 sequences of 1k tokens: one linear scan per sequence).
 """
 
@@ -124,6 +127,9 @@ class Calibration(BaseModel):
         "with async scheduling, added to it without"))
     cpu_per_seq_us: float = Field(0.0, ge=0, description=(
         "the same per scheduled sequence"))
+    draft_layer_us: float = Field(0.0, ge=0, description=(
+        "CPU time per drafter layer and forward where the drafter runs outside CUDA graphs "
+        "(vLLM 0.25.1's draft_model method: every kernel launched from Python)"))
     spec_per_seq_us: float = Field(0.0, ge=0, description=(
         "CPU time per sequence per step with speculative decoding (vLLM's V1 model runner: "
         "proposer, rejection-sampler inputs, draft bookkeeping)"))
@@ -156,11 +162,12 @@ class Calibration(BaseModel):
 # calibrate`'s function on the cells of two models (Qwen3-4B, Llama-3.1-8B: random 1024/128
 # at c1/c32/c64, ShareGPT at rate 10 and c64; real vLLM 0.25.1), the other four models of
 # that run held out (docs/validation/sim-transfer-2026-12-01: `simcheck.py --fit`, which
-# writes cal-h200.json). The H200's cpu_step_ms, cpu_per_seq_us and spec_per_seq_us: fitted
-# by the same function on one arm each of docs/validation/spec-decode-2026-12-01 (simcheck.py: the synchronous
-# baseline, then n-gram K = 2; the other speculative arms held out). L40S: no profile and no
-# CPU figures of its host (sync and speculation costs 0: not measured); the seeds' row
-# (docs/simulator.md, "Validation") with the H200 host's launch and frontend costs.
+# writes cal-h200.json). The H200's cpu_step_ms and cpu_per_seq_us: fitted by the same
+# function on the synchronous arm of docs/validation/spec-decode-2026-12-01 (its first
+# protocol); spec_per_seq_us on its n-gram K = 2 arm with those held (simcheck.py, the
+# other speculative arms held out). L40S: no profile and no CPU figures of its host (sync
+# and speculation costs 0: not measured); the seeds' row (docs/simulator.md, "Validation")
+# with the H200 host's launch, drafter and frontend costs.
 # vLLM 0.25.1's API server on the H200 host, measured where it binds (Qwen3-0.6B served;
 # docs/validation/sim-frontend-2026-12-01, `summarise.py` derives these from its probes):
 # one-output-token probes at 64 / 1,024 / 4,096 prompt tokens give the tokenizer worker's
@@ -173,15 +180,22 @@ H200_API_SERVER: Mapping[str, float] = MappingProxyType(dict(
     frontend_tokenize_us=850.2, frontend_us_per_prompt_token=5.14,
     frontend_us_per_request=1186.3, frontend_handoff_us=1034.7,
     frontend_us_per_output_token=9.77, frontend_us_per_chunk=60.96))
+# vLLM 0.25.1's draft-model drafter on the H200 host: its forwards launch every kernel
+# (one CUDA-graph launch per step, the target's, in the engine's trace of a draft-model
+# step); what a verification step leaves after the target's verification, per drafter layer
+# and forward: 611 us at batch 1, 440 at batch 16 (Qwen3-14B with a Qwen3-0.6B-shaped draft
+# model, K = 4; docs/validation/sim-host-2026-12-01, `summarise.py`, which derives this mean).
+H200_DRAFT_LAYER_US = 525.8
 DEFAULT_CALIBRATIONS: dict[str, Calibration] = {
     "L40S": Calibration(gpu_class="L40S", step_overhead_ms=2.44, per_seq_us=20.0,
                         request_overhead_ms=3.16, launch_us=85.7, **H200_API_SERVER,
+                        draft_layer_us=H200_DRAFT_LAYER_US,
                         fitted_on=("seeds: L40S ShareGPT 2000 prompts, rate 10, c10",)),
     "H200": Calibration(gpu_class="H200", gpu_time_scale=0.938, step_overhead_ms=0.312,
                         per_seq_us=6.92, launch_us=85.7, request_overhead_ms=9.03,
-                        **H200_API_SERVER,
+                        **H200_API_SERVER, draft_layer_us=H200_DRAFT_LAYER_US,
                         cpu_step_ms=2.081, cpu_per_seq_us=16.70,
-                        spec_per_seq_us=24.47,
+                        spec_per_seq_us=73.79,
                         fitted_on=("H200 vLLM 0.25.1: Qwen3-4B, Llama-3.1-8B (10 cells)",
                                    "cpu_*: Qwen3-14B --no-async-scheduling (8 cells)",
                                    "spec_per_seq_us: Qwen3-14B n-gram K=2 (8 cells)")),
@@ -219,10 +233,13 @@ def kernel_times(gpu: GPUSpec, profile: KernelProfile | None) -> KernelTimes:
 @dataclass(frozen=True, slots=True)
 class SpecCost:
     """What speculative decoding adds to a step's price: K draft tokens per sequence and,
-    for model-based drafting, the drafter's kernels (None: n-gram, on the CPU)."""
+    for model-based drafting, the drafter's kernels (None: n-gram, on the CPU), replayed on
+    piecewise CUDA graphs (`drafter_graphs`: EAGLE-type heads) or launched one by one (a
+    draft model, in vLLM 0.25.1)."""
 
     num_speculative_tokens: int
     drafter: OperatorModel | None
+    drafter_graphs: bool = True
 
 
 class OperatorCostModel:
@@ -237,6 +254,7 @@ class OperatorCostModel:
         self.spec = spec
         self._scale = cal.gpu_time_scale
         self._launch_s = cal.launch_us * 1e-6
+        self._draft_layer_s = cal.draft_layer_us * 1e-6
         self._async = async_scheduling
         self._cpu_floor = v1_runner  # the V1 runner's CPU work is not hidden behind the GPU
         self._step_s = cal.step_overhead_ms * 1e-3
@@ -279,12 +297,15 @@ class OperatorCostModel:
         first = d.parts(shape.decode_seqs, shape.decode_context_tokens, shape.prefill_tokens,
                         shape.prefill_context_tokens, shape.prefill_seqs,
                         draft_tokens=shape.draft_tokens, piecewise=True)
-        t = self._stage_s(first)
-        if spec.num_speculative_tokens > 1:
-            ctx = shape.decode_context_tokens + shape.prefill_tokens
-            rest = d.parts(seqs, ctx, 0, 0, 0, piecewise=True)
-            t += (spec.num_speculative_tokens - 1) * self._stage_s(rest)
-        return t
+        ctx = shape.decode_context_tokens + shape.prefill_tokens
+        rest = d.parts(seqs, ctx, 0, 0, 0, piecewise=True)
+        if spec.drafter_graphs:
+            return self._stage_s(first) + (spec.num_speculative_tokens - 1) * self._stage_s(rest)
+        # every kernel of every forward launched from the CPU, one after the GPU's work
+        # (no asynchronous scheduling with a draft model): the host's time per drafter layer
+        cpu = d.stage_layers * self._draft_layer_s
+        return (max(first.total_s * self._scale, cpu)
+                + (spec.num_speculative_tokens - 1) * max(rest.total_s * self._scale, cpu))
 
     def step_duration_s(self, shape: StepCounts) -> float:
         """Seconds one step takes (kernels x scale per stage, micro-batches through the

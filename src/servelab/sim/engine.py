@@ -316,7 +316,8 @@ def build_engine(model: str, gpu: str, quantization: str | None, args: Any,
     spec_cost = None
     if speculative is not None:
         drafter = OperatorModel(draft, spec, args, kernels) if draft is not None else None
-        spec_cost = SpecCost(speculative.num_speculative_tokens, drafter)
+        spec_cost = SpecCost(speculative.num_speculative_tokens, drafter,
+                             drafter_graphs=speculative.drafter_on_graphs)
     v1 = uses_v1_model_runner(geometry, speculative.method if speculative is not None else None)
     cost = OperatorCostModel(geometry, spec, args, cal, kernels, spec_cost, async_scheduling, v1)
     config = SimConfig(

@@ -162,19 +162,24 @@ def time_gemm_fp8(torch, timer: Timer, ops, m: int, n: int, k: int) -> float:
                               for w in ws])
 
 
-def time_gemm_marlin(torch, timer: Timer, m: int, n: int, k: int) -> float:
-    """vLLM's Marlin kernel on AWQ-shaped 4-bit weights (uint4 + zero points, group 128).
-    Weight bits are random: the kernel's time depends on shapes, not values."""
+def _act_dtype(torch, act_dtype: str):
+    return torch.float16 if act_dtype == "fp16" else torch.bfloat16
+
+
+def time_gemm_marlin(torch, timer: Timer, m: int, n: int, k: int, act_dtype: str = "bf16") -> float:
+    """vLLM's Marlin kernel on AWQ-shaped 4-bit weights (uint4 + zero points, group 128) with
+    `act_dtype` activations and scales. Weight bits are random: the kernel's time depends on
+    shapes, not values."""
     from vllm import _custom_ops as ops
     from vllm.model_executor.layers.quantization.utils.marlin_utils import marlin_make_workspace_new
     from vllm.scalar_type import scalar_types
 
-    dev, g = "cuda", 128
-    a = _rand(torch, (m, k), torch.bfloat16, dev)
+    dev, g, dt_ = "cuda", 128, _act_dtype(torch, act_dtype)
+    a = _rand(torch, (m, k), dt_, dev)
     sets = []
     for _ in range(timer.copies_for(n * k // 2)):
         qw = torch.randint(-2**31, 2**31 - 1, (k // 16, n * 16 // 8), device=dev, dtype=torch.int32)
-        s = (torch.rand((k // g, n), device=dev) * 0.01 + 0.001).to(torch.bfloat16)
+        s = (torch.rand((k // g, n), device=dev) * 0.01 + 0.001).to(dt_)
         zp = torch.randint(-2**31, 2**31 - 1, (k // g, n // 8), device=dev, dtype=torch.int32)
         sets.append((qw, s, zp))
     ws = marlin_make_workspace_new(torch.device(dev))
@@ -184,20 +189,20 @@ def time_gemm_marlin(torch, timer: Timer, m: int, n: int, k: int) -> float:
         for qw, s, zp in sets])
 
 
-def time_gemm_machete(torch, timer: Timer, m: int, n: int, k: int) -> float:
-    """vLLM's Machete kernel (Hopper) on AWQ-shaped 4-bit weights, group 128, zero points."""
+def time_gemm_machete(torch, timer: Timer, m: int, n: int, k: int, act_dtype: str = "bf16") -> float:
+    """vLLM's Machete kernel (Hopper) on AWQ-shaped 4-bit weights, group 128, zero points,
+    `act_dtype` activations, scales and zero points (Machete is compiled per dtype)."""
     from vllm import _custom_ops as ops
     from vllm.scalar_type import scalar_types
 
-    dev, g = "cuda", 128
-    a = _rand(torch, (m, k), torch.bfloat16, dev)
+    dev, g, dt_ = "cuda", 128, _act_dtype(torch, act_dtype)
+    a = _rand(torch, (m, k), dt_, dev)
     sets = []
     for _ in range(timer.copies_for(n * k // 2)):
         raw = torch.randint(-2**31, 2**31 - 1, (k // 8, n), device=dev, dtype=torch.int32)
-        bq = ops.machete_prepack_B(raw.t().contiguous().t(), torch.bfloat16, scalar_types.uint4,
-                                   torch.bfloat16)
-        s = (torch.rand((k // g, n), device=dev) * 0.01 + 0.001).to(torch.bfloat16)
-        z = (torch.rand((k // g, n), device=dev) * -0.08).to(torch.bfloat16)
+        bq = ops.machete_prepack_B(raw.t().contiguous().t(), dt_, scalar_types.uint4, dt_)
+        s = (torch.rand((k // g, n), device=dev) * 0.01 + 0.001).to(dt_)
+        z = (torch.rand((k // g, n), device=dev) * -0.08).to(dt_)
         sets.append((bq, s, z))
     return timer.per_call_us([
         (lambda bq=bq, s=s, z=z: ops.machete_mm(a, bq, scalar_types.uint4, None, s, z, g))
@@ -367,6 +372,42 @@ def _device_info(torch, vllm_version: str | None) -> DeviceInfo:
                       torch=torch.__version__, vllm=vllm_version)
 
 
+def measure_quant_gemms(torch, timer: Timer, ops, grid: ProfileGrid, skipped: dict[str, str],
+                        log: Callable[[str], None], act_dtype: str = "bf16") -> list[GemmPoint]:
+    """The fp8 and 4-bit GEMM families this GPU runs, over `grid.quant_nk` x `grid.gemm_m`,
+    the 4-bit ones with `act_dtype` activations. The profile times bf16: on the H200 the
+    fp16 builds of Machete and Marlin take the same time (median ratio 1.00-1.04 over the
+    grid, docs/validation/sim-host-2026-12-01), so an fp16 (AWQ) model reads the same points."""
+    cuda = torch.cuda.is_available()
+    families: list[tuple[str, Callable[[int, int, int], float]]] = []
+    if cuda and (torch.cuda.get_device_capability(0) >= (8, 9)):
+        families.append(("fp8", lambda m, n, k: time_gemm_fp8(torch, timer, ops, m, n, k)))
+    else:
+        skipped["fp8"] = "no fp8 tensor cores (compute capability < 8.9)" if cuda else "no GPU"
+    if cuda and ops is not None:
+        families.append(("awq_marlin", lambda m, n, k: time_gemm_marlin(torch, timer, m, n, k, act_dtype)))
+        if torch.cuda.get_device_capability(0)[0] == 9:
+            families.append(("awq_machete", lambda m, n, k: time_gemm_machete(torch, timer, m, n, k, act_dtype)))
+        else:
+            skipped["awq_machete"] = "Machete runs on Hopper (sm90) only"
+    else:
+        for fam in ("awq_marlin", "awq_machete"):
+            skipped.setdefault(fam, "needs vLLM's kernels on a GPU")
+    out: list[GemmPoint] = []
+    for fam, fn in families:
+        before = len(out)
+        for n, k in grid.quant_nk:
+            for m in grid.gemm_m:
+                us = _try(skipped, fam, lambda: fn(m, n, k))
+                if us is None:
+                    break
+                out.append(GemmPoint(family=fam, m=m, n=n, k=k, time_us=us))
+            if fam in skipped:
+                break
+        log(f"{fam} gemm ({act_dtype}): {len(out) - before} points" + (f" ({skipped[fam]})" if fam in skipped else ""))
+    return out
+
+
 def measure(grid: ProfileGrid, log: Callable[[str], None]) -> KernelProfile:
     """Time every family of `grid` on GPU 0 (see the module doc)."""
     import torch
@@ -398,31 +439,7 @@ def measure(grid: ProfileGrid, log: Callable[[str], None]) -> KernelProfile:
                 break
             gemm.append(GemmPoint(family="bf16", m=m, n=n, k=k, time_us=us))
     log(f"bf16 gemm: {len(gemm)} points")
-    families: list[tuple[str, Callable[[int, int, int], float]]] = []
-    if cuda and (torch.cuda.get_device_capability(0) >= (8, 9)):
-        families.append(("fp8", lambda m, n, k: time_gemm_fp8(torch, timer, ops, m, n, k)))
-    else:
-        skipped["fp8"] = "no fp8 tensor cores (compute capability < 8.9)" if cuda else "no GPU"
-    if cuda and ops is not None:
-        families.append(("awq_marlin", lambda m, n, k: time_gemm_marlin(torch, timer, m, n, k)))
-        if torch.cuda.get_device_capability(0)[0] == 9:
-            families.append(("awq_machete", lambda m, n, k: time_gemm_machete(torch, timer, m, n, k)))
-        else:
-            skipped["awq_machete"] = "Machete runs on Hopper (sm90) only"
-    else:
-        for fam in ("awq_marlin", "awq_machete"):
-            skipped.setdefault(fam, "needs vLLM's kernels on a GPU")
-    for fam, fn in families:
-        before = len(gemm)
-        for n, k in grid.quant_nk:
-            for m in grid.gemm_m:
-                us = _try(skipped, fam, lambda: fn(m, n, k))
-                if us is None:
-                    break
-                gemm.append(GemmPoint(family=fam, m=m, n=n, k=k, time_us=us))
-            if fam in skipped:
-                break
-        log(f"{fam} gemm: {len(gemm) - before} points" + (f" ({skipped[fam]})" if fam in skipped else ""))
+    gemm.extend(measure_quant_gemms(torch, timer, ops, grid, skipped, log))
 
     elementwise = []
     for t in grid.elementwise_tokens:

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import copy
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from servelab.sim.cost import OperatorCostModel, SpecCost
+from servelab.sim.cost import OperatorCostModel
 from servelab.sim.scheduler import ScheduledStep
 from servelab.speculation import tokens_per_step
 
@@ -62,7 +62,7 @@ class PayoffModel:
         got = self._by_k.get(k)
         if got is None:
             got = copy.copy(self.spec)
-            got.spec = SpecCost(k, self.spec.spec.drafter)  # type: ignore[union-attr]
+            got.spec = replace(self.spec.spec, num_speculative_tokens=k)  # type: ignore[arg-type]
             self._by_k[k] = got
         return got
 
