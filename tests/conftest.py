@@ -7,6 +7,7 @@ stops it by PID at the end of the session.
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import json
 import os
@@ -14,14 +15,28 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
+import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import aiohttp
 import pytest
+
+from servelab.client.backends import get_backend
+from servelab.client.target import TargetConfig
+from servelab.client.workers import new_event_loop
+from servelab.sim.cost import AffineCost
+from servelab.sim.engine import SimConfig, SimEngine
+from servelab.sim.metrics_export import CacheConfig
+from servelab.sim.server import ServerConfig, SimServer
+from servelab.workload.request import ChatMessage, RequestSpec
+from servelab.workload.tokenizer import load_tokenizer
 
 DATA = Path(__file__).parent / "data"
 
@@ -206,3 +221,128 @@ def make_tiny_model(out: Path) -> Path:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module.write_model_dir(out)
+
+
+# -- servers as subprocesses (router tests) ---------------------------------------------
+
+PY = sys.executable
+
+
+class Proc:
+    """A server subprocess we started; its output goes to a file we read for the URL."""
+
+    def __init__(self, args: list[str], env: dict[str, str] | None = None):
+        self.log = Path(tempfile.mkstemp(prefix="router-test-", suffix=".log")[1])
+        self._fh = self.log.open("w")
+        self.p = subprocess.Popen([PY, "-u", *args], stdout=self._fh, stderr=subprocess.STDOUT,
+                                  env={**os.environ, **(env or {})})
+        self.url = self._wait_url()
+
+    def _wait_url(self) -> str:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            for line in self.log.read_text().splitlines():
+                if "listening on http://" in line:
+                    return line[line.index("http://"):].strip()
+            if self.p.poll() is not None:
+                raise RuntimeError(f"{self.p.args} exited: {self.log.read_text()}")
+            time.sleep(0.02)
+        raise RuntimeError(f"{self.p.args} did not start: {self.log.read_text()}")
+
+    @property
+    def port(self) -> int:
+        return int(self.url.rsplit(":", 1)[1])
+
+    def stop(self, sig: int = signal.SIGKILL) -> int:
+        if self.p.poll() is None:
+            self.p.send_signal(sig)
+        rc = self.p.wait(timeout=30)
+        self._fh.close()
+        return rc
+
+
+def token_server_proc(*flags: str, port: int = 0) -> Proc:
+    """The token server as a subprocess (its own process: a router test can kill it)."""
+    return Proc(["-m", "servelab.testing.token_server", "--port", str(port), *flags])
+
+
+def router_proc(backends: list[Proc], *flags: str, env: dict[str, str] | None = None) -> Proc:
+    """`servelab route` as a subprocess in front of `backends`."""
+    args = ["-m", "servelab.router", "--port", "0"]
+    for b in backends:
+        args += ["--backend", b.url]
+    return Proc(args + list(flags), env=env)
+
+
+@pytest.fixture
+def procs() -> Iterator[list[Proc]]:
+    """Subprocesses a test started, stopped (by their PIDs) when it ends."""
+    started: list[Proc] = []
+    yield started
+    for p in reversed(started):
+        p.stop()
+
+
+# -- the client against a test server ---------------------------------------------------
+
+def request_specs(n: int, output_len: int, chat: bool = False) -> list[RequestSpec]:
+    """`n` requests of `output_len` tokens to the token server (3-word prompts or 2-word chats)."""
+    if chat:
+        return [RequestSpec(i, None, (ChatMessage("user", f"q {i}"),), 2, output_len)
+                for i in range(n)]
+    return [RequestSpec(i, f"prompt {i} words", None, 3, output_len) for i in range(n)]
+
+
+def client_target(url: str, backend: str = "vllm", **kw: object) -> TargetConfig:
+    """The client's target for a test server at `url` (model "m", ignore_eos)."""
+    be = get_backend(backend)
+    return TargetConfig(base_url=url, endpoint=be.default_endpoint, backend=be, model="m",
+                        ignore_eos=True, **kw)  # type: ignore[arg-type]
+
+
+def run_client(coro):  # type: ignore[no-untyped-def]
+    """Run `coro` on the event loop the client uses (uvloop when installed)."""
+    with asyncio.Runner(loop_factory=new_event_loop) as runner:
+        return runner.run(coro)
+
+
+# -- the simulator's HTTP server in the test's event loop --------------------------------
+# A round-number cost model (10 ms per step + 1 ms per prefill token + 0.5 ms per decode
+# sequence), so token counts and usage are known exactly.
+
+SIM_MODEL = "sim-model"
+SIM_COST = AffineCost(step_s=0.010, per_decode_seq_s=0.0005, per_prefill_token_s=0.001)
+SIM_TOKENIZER = load_tokenizer(None)
+
+
+def sim_engine_config(max_model_len: int = 512, caching: bool = True) -> SimConfig:
+    return SimConfig(num_gpu_blocks=256, block_size=16, max_num_seqs=8,
+                     max_num_batched_tokens=256, max_model_len=max_model_len,
+                     enable_prefix_caching=caching)
+
+
+def sim_cache_config(cfg: SimConfig) -> CacheConfig:
+    return CacheConfig(block_size=cfg.block_size, num_gpu_blocks=cfg.num_gpu_blocks,
+                       kv_cache_size_tokens=cfg.num_gpu_blocks * cfg.block_size,
+                       kv_cache_max_concurrency=cfg.num_gpu_blocks * cfg.block_size / cfg.max_model_len,
+                       kv_cache_memory_bytes=1 << 20, gpu_memory_utilization=0.9,
+                       enable_prefix_caching=cfg.enable_prefix_caching, cache_dtype="auto")
+
+
+@asynccontextmanager
+async def sim_serving(time_scale: float = 20.0, max_model_len: int = 512,
+                  engine: SimEngine | None = None
+                  ) -> AsyncIterator[tuple[SimServer, aiohttp.ClientSession, str]]:
+    """A server on a free port around `engine` (default: the round-number engine)."""
+    if engine is None:
+        engine = SimEngine(sim_engine_config(max_model_len), SIM_COST)
+    cfg = engine.config
+    server = SimServer(engine, SIM_TOKENIZER, SIM_TOKENIZER.info.vocab_size, sim_cache_config(cfg),
+                       ServerConfig(served_model_name=SIM_MODEL, model="models/sim", time_scale=time_scale,
+                                    max_model_len=cfg.max_model_len))
+    port = await server.start()
+    try:
+        async with aiohttp.ClientSession() as session:
+            yield server, session, f"http://127.0.0.1:{port}"
+    finally:
+        await server.stop()

@@ -8,39 +8,19 @@ its intended schedule (50 ms, 20 ms) is only approximately what went on the wire
 
 from __future__ import annotations
 
-import asyncio
 import statistics
 
 import pytest
 
-from servelab.client.backends import get_backend
 from servelab.client.sender import send_schedule
-from servelab.client.target import TargetConfig
-from servelab.client.workers import new_event_loop, send_schedule_processes
+from servelab.client.workers import send_schedule_processes
 from servelab.metrics.records import RequestRecord
-from servelab.workload.request import ChatMessage, RequestSpec
+
+from conftest import client_target, request_specs, run_client
 
 TTFT_MS = 50.0
 ITL_MS = 20.0
 BOUND_MS = 2.0
-
-
-def specs(n: int, output_len: int, chat: bool = False) -> list[RequestSpec]:
-    if chat:
-        return [RequestSpec(i, None, (ChatMessage("user", f"q {i}"),), 2, output_len)
-                for i in range(n)]
-    return [RequestSpec(i, f"prompt {i} words", None, 3, output_len) for i in range(n)]
-
-
-def target(url: str, backend: str = "vllm", **kw: object) -> TargetConfig:
-    be = get_backend(backend)
-    return TargetConfig(base_url=url, endpoint=be.default_endpoint, backend=be, model="m",
-                        ignore_eos=True, **kw)  # type: ignore[arg-type]
-
-
-def run(coro):  # type: ignore[no-untyped-def]
-    with asyncio.Runner(loop_factory=new_event_loop) as runner:
-        return runner.run(coro)
 
 
 def measured(records: list[RequestRecord]) -> list[RequestRecord]:
@@ -63,8 +43,8 @@ def check_truth(records: list[RequestRecord], output_len: int, stats: dict) -> N
 @pytest.mark.parametrize("backend", ["vllm", "openai", "openai-chat"])
 def test_concurrency_1_matches_the_schedule(token_server, backend: str) -> None:
     srv = token_server(ttft_ms=TTFT_MS, itl_ms=ITL_MS)
-    reqs = specs(8, 16, chat=backend == "openai-chat")
-    records = run(send_schedule(target(srv.url, backend), reqs, [0.0] * 8, max_concurrency=1,
+    reqs = request_specs(8, 16, chat=backend == "openai-chat")
+    records = run_client(send_schedule(client_target(srv.url, backend), reqs, [0.0] * 8, max_concurrency=1,
                                 num_warmups=1))
     assert [r.warmup for r in records] == [True] + [False] * 8
     check_truth(records, 16, srv.stats())
@@ -76,7 +56,7 @@ def test_concurrency_32_matches_the_schedule_and_the_cap_holds(token_server) -> 
     n = 96
     # Arrivals 4 ms apart: the cap of 32 binds (each request lasts ~430 ms), so this is
     # concurrency 32 without the single 32-request burst of the very first instant.
-    records = run(send_schedule(target(srv.url), specs(n, 20), [i * 0.004 for i in range(n)],
+    records = run_client(send_schedule(client_target(srv.url), request_specs(n, 20), [i * 0.004 for i in range(n)],
                                 max_concurrency=32, num_warmups=4))
     check_truth(records, 20, srv.stats())
     assert srv.stats()["max_in_flight"] == 32
@@ -85,7 +65,7 @@ def test_concurrency_32_matches_the_schedule_and_the_cap_holds(token_server) -> 
 def test_multi_token_chunks_count_tokens_not_chunks(token_server) -> None:
     srv = token_server(ttft_ms=TTFT_MS, itl_ms=ITL_MS, tokens_per_chunk=4)
     for backend in ("vllm", "openai"):  # continuous usage, and final usage only
-        records = run(send_schedule(target(srv.url, backend), specs(8, 18),
+        records = run_client(send_schedule(client_target(srv.url, backend), request_specs(8, 18),
                                     [i * 0.01 for i in range(8)], 4, num_warmups=2))
         for r in records:
             assert r.success and r.output_len == 18 and len(r.itl_ms) == 17
@@ -101,7 +81,7 @@ def test_multi_token_chunks_count_tokens_not_chunks(token_server) -> None:
 
 def test_reasoning_tokens_count_toward_ttft(token_server) -> None:
     srv = token_server(ttft_ms=TTFT_MS, itl_ms=ITL_MS, reasoning_tokens=3)
-    records = run(send_schedule(target(srv.url, "openai-chat"), specs(4, 6, chat=True),
+    records = run_client(send_schedule(client_target(srv.url, "openai-chat"), request_specs(4, 6, chat=True),
                                 [0.0] * 4, 2, num_warmups=2))
     assert all(r.output_len == 6 for r in records)
     ttft = statistics.fmean(r.ttft_ms for r in records)  # type: ignore[misc]
@@ -112,7 +92,7 @@ def test_multi_process_mode_merges_records_on_one_clock(token_server) -> None:
     srv = token_server(ttft_ms=TTFT_MS, itl_ms=ITL_MS)
     n = 40
     intended = [i * 0.005 for i in range(n)]
-    records = run(send_schedule_processes(target(srv.url), specs(n, 10), intended, 2,
+    records = run_client(send_schedule_processes(client_target(srv.url), request_specs(n, 10), intended, 2,
                                           max_concurrency=8, num_warmups=2))
     assert sum(r.warmup for r in records) == 2
     ok = measured(records)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from test_client_accuracy import run, specs, target
+from conftest import client_target, request_specs, run_client
 
 from servelab.client.sender import send_schedule
 
@@ -50,9 +50,9 @@ def exchange(responses: list[bytes], write_size: int = 1 << 20, close_after: boo
     async def go():  # type: ignore[no-untyped-def]
         server, url = await serve(responses, write_size, close_after)
         async with server:
-            return await send_schedule(target(url, "openai"), specs(n, 8), [0.0] * n, 1)
+            return await send_schedule(client_target(url, "openai"), request_specs(n, 8), [0.0] * n, 1)
 
-    return run(go())
+    return run_client(go())
 
 
 def test_chunked_body_split_into_small_writes() -> None:

@@ -139,7 +139,10 @@ def test_vllm_accepts_its_own_spellings(vllm_dir: Path) -> None:
     extra = ["--max_num_seqs=8", "-O0", "-cc.mode=none", "--no-enable-prefix-caching",
              "--enforce-eager", "--kv-cache-memory-bytes", "1000000", "--override-generation-config",
              '{"temperature": -1}', "--seed", "-1"]
-    VllmLauncher().validate(arm(extra_args=extra), vllm_dir, VLLM_VERSION)
+    commands = VllmLauncher().validate(arm(extra_args=extra), vllm_dir, VLLM_VERSION)
+    # every spelling (underscores, =value, short forms, -cc.key, negatives) is passed through as
+    # written, after the arm's own flags
+    assert commands[0].argv[-len(extra):] == extra
 
 
 @pytest.mark.parametrize(("extra", "field"), [

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from test_router_proxy import Proc, procs, router, token_server  # noqa: F401 (fixture)
+from conftest import Proc, router_proc, token_server_proc
 
 
 class Conn:
@@ -96,10 +96,10 @@ def _tokens(body: bytes) -> list[str]:
 
 
 @pytest.fixture
-def rt(procs):  # noqa: F811
-    backend = token_server()
+def rt(procs):
+    backend = token_server_proc()
     procs.append(backend)
-    proc = router([backend], "--max-body-bytes", "2000")
+    proc = router_proc([backend], "--max-body-bytes", "2000")
     procs.append(proc)
     proc.backend = backend
     return proc
@@ -225,10 +225,10 @@ def _in_flight(rt: Proc) -> tuple[int, int]:
     return router_count, json.loads(c.answer()[2])["in_flight"]
 
 
-def test_a_client_leaving_mid_stream_frees_the_backend_and_in_flight_count(procs):  # noqa: F811
-    backend = token_server("--itl-ms", "5")  # a stream far longer than the test
+def test_a_client_leaving_mid_stream_frees_the_backend_and_in_flight_count(procs):
+    backend = token_server_proc("--itl-ms", "5")  # a stream far longer than the test
     procs.append(backend)
-    rt = router([backend])
+    rt = router_proc([backend])
     procs.append(rt)
     rt.backend = backend
     c = Conn(rt.port)
@@ -274,11 +274,11 @@ class _SilentHandler(socketserver.BaseRequestHandler):
                 return
 
 
-def test_a_client_leaving_before_the_first_byte_cancels_its_request(procs):  # noqa: F811
+def test_a_client_leaving_before_the_first_byte_cancels_its_request(procs):
     backend = SilentBackend()
     threading.Thread(target=backend.serve_forever, daemon=True).start()
     try:
-        rt = router([backend])  # type: ignore[list-item]
+        rt = router_proc([backend])  # type: ignore[list-item]
         procs.append(rt)
         c = Conn(rt.port)
         c.send(post("/v1/completions", STREAM))
@@ -292,10 +292,10 @@ def test_a_client_leaving_before_the_first_byte_cancels_its_request(procs):  # n
         backend.server_close()
 
 
-def test_draining_answers_503_on_open_connections_and_finishes_streams(procs):  # noqa: F811
-    backend = token_server("--itl-ms", "10")
+def test_draining_answers_503_on_open_connections_and_finishes_streams(procs):
+    backend = token_server_proc("--itl-ms", "10")
     procs.append(backend)
-    rt = router([backend])
+    rt = router_proc([backend])
     procs.append(rt)
     idle = Conn(rt.port)  # a kept-alive connection, idle when the drain starts
     idle.send(get("/health"))

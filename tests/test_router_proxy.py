@@ -4,70 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
-import subprocess
-import sys
-import tempfile
-import time
-from pathlib import Path
 
 import aiohttp
 import pytest
 
-PY = sys.executable
+from conftest import Proc, router_proc, token_server_proc
 
-
-class Proc:
-    """A server subprocess we started; its output goes to a file we read for the URL."""
-
-    def __init__(self, args: list[str], env: dict[str, str] | None = None):
-        self.log = Path(tempfile.mkstemp(prefix="router-test-", suffix=".log")[1])
-        self._fh = self.log.open("w")
-        self.p = subprocess.Popen([PY, "-u", *args], stdout=self._fh, stderr=subprocess.STDOUT,
-                                  env={**os.environ, **(env or {})})
-        self.url = self._wait_url()
-
-    def _wait_url(self) -> str:
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            for line in self.log.read_text().splitlines():
-                if "listening on http://" in line:
-                    return line[line.index("http://"):].strip()
-            if self.p.poll() is not None:
-                raise RuntimeError(f"{self.p.args} exited: {self.log.read_text()}")
-            time.sleep(0.02)
-        raise RuntimeError(f"{self.p.args} did not start: {self.log.read_text()}")
-
-    @property
-    def port(self) -> int:
-        return int(self.url.rsplit(":", 1)[1])
-
-    def stop(self, sig: int = signal.SIGKILL) -> int:
-        if self.p.poll() is None:
-            self.p.send_signal(sig)
-        rc = self.p.wait(timeout=30)
-        self._fh.close()
-        return rc
-
-
-def token_server(*flags: str, port: int = 0) -> Proc:
-    return Proc(["-m", "servelab.testing.token_server", "--port", str(port), *flags])
-
-
-def router(backends: list[Proc], *flags: str, env: dict[str, str] | None = None) -> Proc:
-    args = ["-m", "servelab.router", "--port", "0"]
-    for b in backends:
-        args += ["--backend", b.url]
-    return Proc(args + list(flags), env=env)
-
-
-@pytest.fixture
-def procs():
-    started: list[Proc] = []
-    yield started
-    for p in reversed(started):
-        p.stop()
 
 
 def run(coro):
@@ -100,9 +43,9 @@ async def which_backend(session, backends, send) -> int:
 
 
 def test_round_robin_exact_order_through_proxy(procs):
-    backends = [token_server() for _ in range(3)]
+    backends = [token_server_proc() for _ in range(3)]
     procs.extend(backends)
-    rt = router(backends, "--policy", "round_robin")
+    rt = router_proc(backends, "--policy", "round_robin")
     procs.append(rt)
 
     async def go():
@@ -114,9 +57,9 @@ def test_round_robin_exact_order_through_proxy(procs):
 
 
 def test_consistent_hash_sticks_per_session_through_proxy(procs):
-    backends = [token_server() for _ in range(3)]
+    backends = [token_server_proc() for _ in range(3)]
     procs.extend(backends)
-    rt = router(backends, "--policy", "consistent_hash")
+    rt = router_proc(backends, "--policy", "consistent_hash")
     procs.append(rt)
 
     async def go():
@@ -147,9 +90,9 @@ async def open_stream(session, url, prompt, max_tokens=100000, headers=None):
 
 
 def test_least_requests_avoids_the_backend_busy_with_a_long_request(procs):
-    backends = [token_server("--itl-ms", "5") for _ in range(2)]
+    backends = [token_server_proc("--itl-ms", "5") for _ in range(2)]
     procs.extend(backends)
-    rt = router(backends, "--policy", "least_requests")
+    rt = router_proc(backends, "--policy", "least_requests")
     procs.append(rt)
 
     async def go():
@@ -169,9 +112,9 @@ PREFIX = "You are a helpful assistant. " * 20  # 580 chars: 9 whole 64-char chun
 
 
 def test_cache_aware_keeps_prefix_home_until_imbalance(procs):
-    backends = [token_server("--itl-ms", "5") for _ in range(2)]
+    backends = [token_server_proc("--itl-ms", "5") for _ in range(2)]
     procs.extend(backends)
-    rt = router(backends, "--policy", "cache_aware",
+    rt = router_proc(backends, "--policy", "cache_aware",
                 "--policy-param", "balance_abs_threshold=4",
                 "--policy-param", "balance_rel_threshold=1.5")
     procs.append(rt)
@@ -205,9 +148,9 @@ async def _hold(held, s, url, prompt):
 
 @pytest.mark.parametrize("policy", ["random", "power_of_two", "latency", "kv_aware"])
 def test_other_policies_spread_and_succeed(procs, policy):
-    backends = [token_server() for _ in range(2)]
+    backends = [token_server_proc() for _ in range(2)]
     procs.extend(backends)
-    rt = router(backends, "--policy", policy, "--seed", "3")
+    rt = router_proc(backends, "--policy", policy, "--seed", "3")
     procs.append(rt)
 
     async def go():
@@ -220,9 +163,9 @@ def test_other_policies_spread_and_succeed(procs, policy):
 
 
 def test_bad_inputs_are_refused_with_clear_errors(procs):
-    backend = token_server()
+    backend = token_server_proc()
     procs.append(backend)
-    rt = router([backend], "--max-body-bytes", "2000", env={"SERVELAB_ROUTER_API_KEY": "s3cret"})
+    rt = router_proc([backend], "--max-body-bytes", "2000", env={"SERVELAB_ROUTER_API_KEY": "s3cret"})
     procs.append(rt)
     good = {"Authorization": "Bearer s3cret"}
 
@@ -253,7 +196,7 @@ def test_bad_inputs_are_refused_with_clear_errors(procs):
 
     out = run(go())
     assert out["malformed"][0] == 400 and "not valid JSON" in out["malformed"][1]
-    assert out["no_messages"] == (400, "'messages' must be a non-empty list")
+    assert out["no_messages"] == (400, "'messages' must be a non-empty list.")
     assert out["big"] == 413
     assert out["wrong_key"] == out["no_key"] == out["models_no_key"] == 401
     assert out["models"] == "token-server"
@@ -263,9 +206,9 @@ def test_bad_inputs_are_refused_with_clear_errors(procs):
 
 
 def test_overload_is_refused_not_queued(procs):
-    backend = token_server("--itl-ms", "5")
+    backend = token_server_proc("--itl-ms", "5")
     procs.append(backend)
-    rt = router([backend], "--max-in-flight", "2")
+    rt = router_proc([backend], "--max-in-flight", "2")
     procs.append(rt)
 
     async def go():
@@ -281,12 +224,12 @@ def test_overload_is_refused_not_queued(procs):
 
 
 def test_retries_before_first_byte_and_error_event_after(procs):
-    failing = token_server("--fail-every", "1")  # every request: HTTP 500
-    broken = token_server("--itl-ms", "1", "--break-every", "1", "--break-after-tokens", "3")
-    fine = token_server()
+    failing = token_server_proc("--fail-every", "1")  # every request: HTTP 500
+    broken = token_server_proc("--itl-ms", "1", "--break-every", "1", "--break-after-tokens", "3")
+    fine = token_server_proc()
     procs.extend([failing, broken, fine])
-    rt_retry = router([failing, fine], "--policy", "round_robin")
-    rt_break = router([broken], "--max-retries", "0")
+    rt_retry = router_proc([failing, fine], "--policy", "round_robin")
+    rt_break = router_proc([broken], "--max-retries", "0")
     procs.extend([rt_retry, rt_break])
 
     async def go():
@@ -309,9 +252,9 @@ def test_retries_before_first_byte_and_error_event_after(procs):
 
 
 def test_sigterm_drains_in_flight_then_exits_zero(procs):
-    backend = token_server("--itl-ms", "10")
+    backend = token_server_proc("--itl-ms", "10")
     procs.append(backend)
-    rt = router([backend])
+    rt = router_proc([backend])
 
     async def go():
         async with aiohttp.ClientSession() as s:
@@ -336,11 +279,11 @@ def test_sigterm_drains_in_flight_then_exits_zero(procs):
 
 
 def test_request_timeout_before_and_after_the_first_byte(procs):
-    stalled = token_server("--stall-every", "1", "--stall-ms", "600000")  # never answers
-    slow = token_server("--itl-ms", "100")  # 1000 tokens: 100 s, far past the timeout
+    stalled = token_server_proc("--stall-every", "1", "--stall-ms", "600000")  # never answers
+    slow = token_server_proc("--itl-ms", "100")  # 1000 tokens: 100 s, far past the timeout
     procs.extend([stalled, slow])
-    rt_stalled = router([stalled], "--request-timeout-s", "0.5", "--max-retries", "0")
-    rt_slow = router([slow], "--request-timeout-s", "1", "--max-retries", "0")
+    rt_stalled = router_proc([stalled], "--request-timeout-s", "0.5", "--max-retries", "0")
+    rt_slow = router_proc([slow], "--request-timeout-s", "1", "--max-retries", "0")
     procs.extend([rt_stalled, rt_slow])
 
     async def go():
@@ -366,9 +309,9 @@ def test_request_timeout_before_and_after_the_first_byte(procs):
 
 
 def test_explain_logs_each_decision_and_never_the_key(procs):
-    backends = [token_server() for _ in range(2)]
+    backends = [token_server_proc() for _ in range(2)]
     procs.extend(backends)
-    rt = router(backends, "--policy", "round_robin", "--explain", "--api-key", "k3y-s3cret")
+    rt = router_proc(backends, "--policy", "round_robin", "--explain", "--api-key", "k3y-s3cret")
     procs.append(rt)
 
     async def go():

@@ -9,7 +9,7 @@ import re
 
 import aiohttp
 
-from test_router_proxy import procs, router, token_server  # noqa: F401 (fixture)
+from conftest import router_proc, token_server_proc
 
 
 async def _post(s: aiohttp.ClientSession, url: str, path: str, body: dict) -> tuple[int, bytes]:
@@ -17,10 +17,10 @@ async def _post(s: aiohttp.ClientSession, url: str, path: str, body: dict) -> tu
         return r.status, await r.read()
 
 
-def test_answers_are_relayed_byte_for_byte(procs):  # noqa: F811
-    backend = token_server("--itl-ms", "1")
+def test_answers_are_relayed_byte_for_byte(procs):
+    backend = token_server_proc("--itl-ms", "1")
     procs.append(backend)
-    rt = router([backend])
+    rt = router_proc([backend])
     procs.append(rt)
     bodies = [
         ("/v1/completions", {"prompt": "p", "max_tokens": 40, "stream": True}),
@@ -42,13 +42,13 @@ def test_answers_are_relayed_byte_for_byte(procs):  # noqa: F811
         assert routed == direct
 
 
-def test_slow_client_gets_every_byte(procs):  # noqa: F811
+def test_slow_client_gets_every_byte(procs):
     # ~15 MB sent as fast as the backend can: more than the socket buffers hold while the
     # client is not reading, so the router's write buffer fills; it stops reading upstream
     # and resumes once the client reads again (checked by hand: one pause, one resume).
-    backend = token_server()
+    backend = token_server_proc()
     procs.append(backend)
-    rt = router([backend])
+    rt = router_proc([backend])
     procs.append(rt)
     n = 100000
 
@@ -104,13 +104,13 @@ async def _once_per_connection_backend() -> tuple[asyncio.AbstractServer, list[i
     return server, dropped
 
 
-def test_dropped_keep_alive_connection_is_resent_not_an_error(procs):  # noqa: F811
+def test_dropped_keep_alive_connection_is_resent_not_an_error(procs):
     async def go():
         server, dropped = await _once_per_connection_backend()
         port = server.sockets[0].getsockname()[1]
         backend = type("B", (), {"url": f"http://127.0.0.1:{port}"})()
         async with server:
-            rt = await asyncio.to_thread(router, [backend], "--max-retries", "0")
+            rt = await asyncio.to_thread(router_proc, [backend], "--max-retries", "0")
             procs.append(rt)
             async with aiohttp.ClientSession() as s:
                 texts = []

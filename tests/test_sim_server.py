@@ -10,59 +10,18 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
 from servelab.client.sse import DONE, SSEParser
-from servelab.sim.cost import AffineCost
-from servelab.sim.engine import SimConfig, SimEngine
-from servelab.sim.metrics_export import CacheConfig
-from servelab.sim.server import ARRIVAL_HEADER, ServerConfig, SimServer
-from servelab.workload.tokenizer import load_tokenizer
+from servelab.sim.engine import SimEngine
+from servelab.sim.server import ARRIVAL_HEADER
+
+from conftest import SIM_COST, SIM_MODEL, SIM_TOKENIZER, sim_engine_config, sim_serving
 
 DATA = Path(__file__).parent / "data" / "sim_server"
-MODEL = "sim-model"
-COST = AffineCost(step_s=0.010, per_decode_seq_s=0.0005, per_prefill_token_s=0.001)
-TOKENIZER = load_tokenizer(None)
-
-
-def engine_config(max_model_len: int = 512, caching: bool = True) -> SimConfig:
-    return SimConfig(num_gpu_blocks=256, block_size=16, max_num_seqs=8,
-                     max_num_batched_tokens=256, max_model_len=max_model_len,
-                     enable_prefix_caching=caching)
-
-
-def cache_config(cfg: SimConfig) -> CacheConfig:
-    return CacheConfig(block_size=cfg.block_size, num_gpu_blocks=cfg.num_gpu_blocks,
-                       kv_cache_size_tokens=cfg.num_gpu_blocks * cfg.block_size,
-                       kv_cache_max_concurrency=cfg.num_gpu_blocks * cfg.block_size / cfg.max_model_len,
-                       kv_cache_memory_bytes=1 << 20, gpu_memory_utilization=0.9,
-                       enable_prefix_caching=cfg.enable_prefix_caching, cache_dtype="auto")
-
-
-@asynccontextmanager
-async def serving(time_scale: float = 20.0, max_model_len: int = 512,
-                  engine: SimEngine | None = None
-                  ) -> AsyncIterator[tuple[SimServer, aiohttp.ClientSession, str]]:
-    """A server on a free port around `engine` (default: the round-number engine)."""
-    if engine is None:
-        engine = SimEngine(engine_config(max_model_len), COST)
-    cfg = engine.config
-    server = SimServer(engine, TOKENIZER, TOKENIZER.info.vocab_size, cache_config(cfg),
-                       ServerConfig(served_model_name=MODEL, model="models/sim", time_scale=time_scale,
-                                    max_model_len=cfg.max_model_len))
-    port = await server.start()
-    try:
-        async with aiohttp.ClientSession() as session:
-            yield server, session, f"http://127.0.0.1:{port}"
-    finally:
-        await server.stop()
-
-
 async def read_sse(resp: aiohttp.ClientResponse) -> list[dict[str, object] | bytes]:
     parser = SSEParser()
     out: list[dict[str, object] | bytes] = []
@@ -87,8 +46,8 @@ PROMPT = "The quick brown fox jumps over the lazy dog."
 
 def test_streamed_completion_has_vllms_chunks_and_exact_usage() -> None:
     async def go() -> list[dict[str, object] | bytes]:
-        async with serving() as (_s, session, url):
-            body = {"model": MODEL, "prompt": PROMPT, "max_tokens": 7, "stream": True,
+        async with sim_serving() as (_s, session, url):
+            body = {"model": SIM_MODEL, "prompt": PROMPT, "max_tokens": 7, "stream": True,
                     "ignore_eos": True, "stream_options": {"include_usage": True}}
             async with session.post(url + "/v1/completions", json=body) as resp:
                 assert resp.status == 200
@@ -102,7 +61,7 @@ def test_streamed_completion_has_vllms_chunks_and_exact_usage() -> None:
     assert len(tokens) == 7  # one chunk per engine output, one token each
     assert [c["choices"][0]["finish_reason"] for c in tokens] == [None] * 6 + ["length"]
     assert all(c["choices"][0]["text"] for c in tokens)
-    prompt_len = len(TOKENIZER.encode(PROMPT))
+    prompt_len = len(SIM_TOKENIZER.encode(PROMPT))
     assert final["choices"] == []
     assert final["usage"] == {"prompt_tokens": prompt_len, "total_tokens": prompt_len + 7,
                               "completion_tokens": 7}
@@ -110,13 +69,13 @@ def test_streamed_completion_has_vllms_chunks_and_exact_usage() -> None:
     assert set(tokens[0]) == set(want[0])
     assert set(tokens[0]["choices"][0]) == set(want[0]["choices"][0])
     assert set(final) == set(want[-1])
-    assert tokens[0]["object"] == "text_completion" and tokens[0]["model"] == MODEL
+    assert tokens[0]["object"] == "text_completion" and tokens[0]["model"] == SIM_MODEL
 
 
 def test_streamed_chat_starts_with_the_role_and_counts_usage_per_chunk() -> None:
     async def go() -> list[dict[str, object] | bytes]:
-        async with serving() as (_s, session, url):
-            body = {"model": MODEL, "messages": [{"role": "user", "content": PROMPT}],
+        async with sim_serving() as (_s, session, url):
+            body = {"model": SIM_MODEL, "messages": [{"role": "user", "content": PROMPT}],
                     "max_completion_tokens": 5, "stream": True,
                     "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
             async with session.post(url + "/v1/chat/completions", json=body) as resp:
@@ -139,18 +98,18 @@ def test_streamed_chat_starts_with_the_role_and_counts_usage_per_chunk() -> None
 
 def test_non_streaming_completion_and_chat_report_usage() -> None:
     async def go() -> tuple[dict, dict, dict]:
-        async with serving() as (_s, session, url):
+        async with sim_serving() as (_s, session, url):
             ids = list(range(100, 140))
             async with session.post(url + "/v1/completions",
-                                    json={"model": MODEL, "prompt": ids, "max_tokens": 4}) as r:
+                                    json={"model": SIM_MODEL, "prompt": ids, "max_tokens": 4}) as r:
                 comp = await r.json()
                 assert ARRIVAL_HEADER in r.headers
             async with session.post(url + "/v1/chat/completions",
-                                    json={"model": MODEL, "max_tokens": 3,
+                                    json={"model": SIM_MODEL, "max_tokens": 3,
                                           "messages": [{"role": "user", "content": "hi"}]}) as r:
                 chat = await r.json()
             async with session.post(url + "/v1/completions",
-                                    json={"model": MODEL, "prompt": "hello"}) as r:
+                                    json={"model": SIM_MODEL, "prompt": "hello"}) as r:
                 default = await r.json()
             return comp, chat, default
 
@@ -161,17 +120,17 @@ def test_non_streaming_completion_and_chat_report_usage() -> None:
     assert chat["object"] == "chat.completion"
     assert chat["choices"][0]["message"]["role"] == "assistant"
     chatml = "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
-    assert chat["usage"]["prompt_tokens"] == len(TOKENIZER.encode(chatml))
+    assert chat["usage"]["prompt_tokens"] == len(SIM_TOKENIZER.encode(chatml))
     assert chat["usage"]["completion_tokens"] == 3
     assert default["usage"]["completion_tokens"] == 16  # vLLM's completions default
 
 
 def test_models_tokenize_health_version() -> None:
     async def go() -> tuple[dict, dict, int, dict]:
-        async with serving(max_model_len=384) as (_s, session, url):
+        async with sim_serving(max_model_len=384) as (_s, session, url):
             async with session.get(url + "/v1/models") as r:
                 models = await r.json()
-            async with session.post(url + "/tokenize", json={"model": MODEL, "prompt": PROMPT}) as r:
+            async with session.post(url + "/tokenize", json={"model": SIM_MODEL, "prompt": PROMPT}) as r:
                 tok = await r.json()
             async with session.get(url + "/health") as r:
                 health = r.status
@@ -180,9 +139,9 @@ def test_models_tokenize_health_version() -> None:
             return models, tok, health, version
 
     models, tok, health, version = run(go())
-    assert [m["id"] for m in models["data"]] == [MODEL]
+    assert [m["id"] for m in models["data"]] == [SIM_MODEL]
     assert models["data"][0]["max_model_len"] == 384
-    assert tok["tokens"] == TOKENIZER.encode(PROMPT)
+    assert tok["tokens"] == SIM_TOKENIZER.encode(PROMPT)
     assert tok["count"] == len(tok["tokens"]) and tok["max_model_len"] == 384
     assert health == 200
     assert "servelab.sim" in version["version"]
@@ -191,14 +150,14 @@ def test_models_tokenize_health_version() -> None:
 def test_errors_have_vllms_shape_and_status() -> None:
     async def go() -> dict[str, tuple[int, dict]]:
         out = {}
-        async with serving(max_model_len=64) as (_s, session, url):
+        async with sim_serving(max_model_len=64) as (_s, session, url):
             cases = {
                 "wrong_model": {"model": "other", "prompt": "x", "max_tokens": 1},
-                "too_long": {"model": MODEL, "prompt": list(range(64)), "max_tokens": 1},
-                "max_tokens": {"model": MODEL, "prompt": list(range(60)), "max_tokens": 5},
-                "no_prompt": {"model": MODEL, "max_tokens": 5},
-                "batch": {"model": MODEL, "prompt": ["a", "b"], "max_tokens": 5},
-                "n": {"model": MODEL, "prompt": "a", "max_tokens": 5, "n": 2},
+                "too_long": {"model": SIM_MODEL, "prompt": list(range(64)), "max_tokens": 1},
+                "max_tokens": {"model": SIM_MODEL, "prompt": list(range(60)), "max_tokens": 5},
+                "no_prompt": {"model": SIM_MODEL, "max_tokens": 5},
+                "batch": {"model": SIM_MODEL, "prompt": ["a", "b"], "max_tokens": 5},
+                "n": {"model": SIM_MODEL, "prompt": "a", "max_tokens": 5, "n": 2},
             }
             for name, body in cases.items():
                 async with session.post(url + "/v1/completions", json=body) as r:
@@ -249,9 +208,9 @@ def test_metrics_have_vllms_names_and_exact_token_totals() -> None:
     outs = [3, 5, 8]
 
     async def go() -> str:
-        async with serving() as (_s, session, url):
+        async with sim_serving() as (_s, session, url):
             async def one(p: list[int], n: int) -> None:
-                body = {"model": MODEL, "prompt": p, "max_tokens": n, "stream": True}
+                body = {"model": SIM_MODEL, "prompt": p, "max_tokens": n, "stream": True}
                 async with session.post(url + "/v1/completions", json=body) as r:
                     await read_sse(r)
 
@@ -261,7 +220,7 @@ def test_metrics_have_vllms_names_and_exact_token_totals() -> None:
 
     text = run(go())
     samples = _samples(text)
-    lab = (("engine", "0"), ("model_name", MODEL))
+    lab = (("engine", "0"), ("model_name", SIM_MODEL))
     assert samples[("vllm:prompt_tokens_total", lab)] == 100
     assert samples[("vllm:generation_tokens_total", lab)] == 16
     assert samples[("vllm:num_requests_running", lab)] == 0
@@ -299,8 +258,8 @@ def test_metrics_have_vllms_names_and_exact_token_totals() -> None:
 
 def test_client_disconnect_aborts_the_request_in_the_engine() -> None:
     async def go() -> dict:
-        async with serving(time_scale=1.0) as (server, session, url):
-            body = {"model": MODEL, "prompt": PROMPT, "max_tokens": 400, "stream": True}
+        async with sim_serving(time_scale=1.0) as (server, session, url):
+            body = {"model": SIM_MODEL, "prompt": PROMPT, "max_tokens": 400, "stream": True}
             resp = await session.post(url + "/v1/completions", json=body)
             await resp.content.readline()  # the first token arrived: it runs
             assert server.driver.num_in_flight == 1
@@ -313,7 +272,7 @@ def test_client_disconnect_aborts_the_request_in_the_engine() -> None:
                 return _samples(await r.text())
 
     samples = run(go())
-    lab = (("engine", "0"), ("model_name", MODEL))
+    lab = (("engine", "0"), ("model_name", SIM_MODEL))
     assert samples[("vllm:num_requests_running", lab)] == 0
     assert samples[("vllm:request_success_total", _with(lab, finished_reason="abort"))] == 1
     assert samples[("vllm:generation_tokens_total", lab)] < 400
@@ -321,8 +280,8 @@ def test_client_disconnect_aborts_the_request_in_the_engine() -> None:
 
 def test_stop_ends_open_streams_with_abort() -> None:
     async def go() -> list[dict[str, object] | bytes]:
-        async with serving(time_scale=1.0) as (server, session, url):
-            body = {"model": MODEL, "prompt": PROMPT, "max_tokens": 400, "stream": True,
+        async with sim_serving(time_scale=1.0) as (server, session, url):
+            body = {"model": SIM_MODEL, "prompt": PROMPT, "max_tokens": 400, "stream": True,
                     "stream_options": {"include_usage": True}}
             async with session.post(url + "/v1/completions", json=body) as resp:
                 first = await resp.content.readline()
@@ -339,18 +298,18 @@ def test_stop_ends_open_streams_with_abort() -> None:
 def test_prefix_cache_reset_is_refused_while_blocks_are_held_and_empties_the_cache() -> None:
     from servelab.engine.running import reset_prefix_cache
 
-    engine = SimEngine(engine_config(), COST)
+    engine = SimEngine(sim_engine_config(), SIM_COST)
 
     async def go() -> tuple[int, int, int, str | None, str | None, str | None]:
-        async with serving(engine=engine) as (_server, session, url):
-            body = {"model": MODEL, "prompt": " ".join([PROMPT] * 8), "max_tokens": 4}
+        async with sim_serving(engine=engine) as (_server, session, url):
+            body = {"model": SIM_MODEL, "prompt": " ".join([PROMPT] * 8), "max_tokens": 4}
             async with session.post(url + "/v1/completions", json=body) as r:
                 prompt_tokens = (await r.json())["usage"]["prompt_tokens"]
             async with session.post(url + "/v1/completions", json=body) as r:
                 await r.read()
             hits_before = engine.stats.prefix_cache_hits_total
             # A request streaming holds its blocks: the reset is refused (deadline 0: no retry).
-            long = {"model": MODEL, "prompt": "another prompt", "max_tokens": 300, "stream": True}
+            long = {"model": SIM_MODEL, "prompt": "another prompt", "max_tokens": 300, "stream": True}
             resp = await session.post(url + "/v1/completions", json=long)
             await resp.content.readline()
             refused = await asyncio.to_thread(reset_prefix_cache, [url], "/reset_prefix_cache", 0.0)

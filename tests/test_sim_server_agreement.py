@@ -28,7 +28,7 @@ from servelab.sim.cluster import Cluster, NetworkCosts
 from servelab.sim.engine import SimEngine, build_engine
 from servelab.sim.offline import OfflineRequest, simulate
 from servelab.sim.server import ARRIVAL_HEADER
-from test_sim_server import COST, MODEL, engine_config, serving
+from conftest import SIM_COST, SIM_MODEL, sim_engine_config, sim_serving
 
 TIME_SCALE = 0.5
 
@@ -48,13 +48,13 @@ async def _online(engine: SimEngine, sends: list[float], prompts: list[tuple[int
                   outs: list[int]) -> tuple[list[tuple[float, list[float]]], dict[str, float]]:
     """(arrival_s, token receipt times) per request, in the server's simulated seconds, and
     the server's /metrics samples (name -> value) once every request is answered."""
-    async with serving(time_scale=TIME_SCALE, engine=engine) as (server, session, url):
+    async with sim_serving(time_scale=TIME_SCALE, engine=engine) as (server, session, url):
         clock = server.driver.clock
         start = clock.now_s()
 
         async def one(i: int) -> tuple[float, list[float]]:
             await asyncio.sleep(max(0.0, start + sends[i] - clock.now_s()))
-            body = {"model": MODEL, "prompt": list(prompts[i]), "max_tokens": outs[i],
+            body = {"model": SIM_MODEL, "prompt": list(prompts[i]), "max_tokens": outs[i],
                     "stream": True}
             times: list[float] = []
             parser = SSEParser()
@@ -76,7 +76,7 @@ async def _online(engine: SimEngine, sends: list[float], prompts: list[tuple[int
 
 
 def _round_number_engine() -> SimEngine:
-    return SimEngine(engine_config(), COST)
+    return SimEngine(sim_engine_config(), SIM_COST)
 
 
 def _catalog_engine() -> SimEngine:

@@ -12,7 +12,6 @@ import json
 import os
 import sys
 import uuid
-from datetime import datetime
 from pathlib import Path
 from typing import Optional
 from urllib.parse import urlsplit
@@ -222,15 +221,11 @@ def bench(
     result = summarize(sent.records, max(sent.t_end - sent.t0, 1e-9), opts)
     rps_events = (rps_change_events(rates_rps(len(work.requests), arrivals).tolist(), sent.records,
                                     sent.wall_t0) if arrivals.ramp_up_strategy else ())
-    run = RunInfo(
-        date=datetime.now().strftime("%Y%m%d-%H%M%S"), backend=target.backend.name,
-        label=label or target.backend.name, model_id=model or target.model,
-        tokenizer_id=work.tokenizer.name, num_prompts=len(work.requests),
-        request_rate=arrivals.request_rate, burstiness=arrivals.burstiness,
-        max_concurrency=max_concurrency, ramp_up_strategy=arrivals.ramp_up_strategy,
-        ramp_up_start_rps=arrivals.ramp_up_start_rps, ramp_up_end_rps=arrivals.ramp_up_end_rps,
-        metadata=meta, seed=seed, tokenizer=work.tokenizer.source, sampling=sampling.fields(),
-        ignore_eos=target.ignore_eos, rps_change_events=rps_events)
+    run = RunInfo.now(
+        backend=target.backend.name, label=label or target.backend.name, model_id=model or target.model,
+        tokenizer_id=work.tokenizer.name, num_prompts=len(work.requests), arrivals=arrivals,
+        max_concurrency=max_concurrency, metadata=meta, seed=seed, tokenizer=work.tokenizer.source,
+        sampling=sampling.fields(), ignore_eos=target.ignore_eos, rps_change_events=rps_events)
     result = result.with_run(run).with_server(sent.server)
     if sent.gpu is not None:
         result = result.with_gpu(sent.gpu)

@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from servelab.errors import ServelabError
+from servelab.storage import write_atomic
 
 __all__ = [
     "cached_help",
@@ -141,8 +142,5 @@ def cached_help(cache_path: Path, argv: Sequence[str], env: Mapping[str, str], t
     text = run_capture(argv, env, timeout_s, "reading the engine's flags")
     if not parse_help_options(text):
         raise ServelabError(f"`{' '.join(argv)}` printed no options; cannot check flags")
-    cache_path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = cache_path.with_name(cache_path.name + f".tmp{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, cache_path)
+    write_atomic(cache_path, text.encode("utf-8"))
     return text

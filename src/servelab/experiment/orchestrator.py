@@ -223,11 +223,10 @@ class Orchestrator:
         intended = np.asarray(schedule_s(work, arrivals, np.random.default_rng(cell.seed)))
         m = started.target.measure(work.requests, tok, intended.tolist(), load.max_concurrency,
                                    spec.loads.num_warmups, cell.seed)
-        result = summarize(m.records, m.duration_s, summary_options(spec)).with_run(RunInfo(
-            date=dt.datetime.now().strftime("%Y%m%d-%H%M%S"), backend=started.target.backend,
-            label=cell.label, model_id=spec.model.name, tokenizer_id=work.tokenizer.name,
-            num_prompts=len(work.requests), request_rate=load.request_rate,
-            burstiness=load.burstiness, max_concurrency=load.max_concurrency,
+        result = summarize(m.records, m.duration_s, summary_options(spec)).with_run(RunInfo.now(
+            backend=started.target.backend, label=cell.label, model_id=spec.model.name,
+            tokenizer_id=work.tokenizer.name, num_prompts=len(work.requests), arrivals=arrivals,
+            max_concurrency=load.max_concurrency,
             metadata={"arm": arm.name, "workload": cell.workload, "load": load.key},
             seed=cell.seed, tokenizer=work.tokenizer.source,
             sampling=spec.engine_defaults.sampling.fields()))

@@ -8,8 +8,10 @@ figures go under the single key ``"servelab"``. See docs/metrics.md for every ke
 
 from __future__ import annotations
 
+import datetime as dt
 import math
-from typing import Any, Literal
+from collections.abc import Mapping
+from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -174,6 +176,21 @@ class RpsChange(_Record):
     timestamp: str
 
 
+class RunArrivals(Protocol):
+    """The traffic keys a run records (`servelab.workload.arrivals.ArrivalOptions` has them)."""
+
+    @property
+    def request_rate(self) -> float: ...
+    @property
+    def burstiness(self) -> float: ...
+    @property
+    def ramp_up_strategy(self) -> str | None: ...
+    @property
+    def ramp_up_start_rps(self) -> float | None: ...
+    @property
+    def ramp_up_end_rps(self) -> float | None: ...
+
+
 class RunInfo(_Record):
     """What was run: vLLM's set-up and traffic keys plus servelab's seed and tokenizer.
 
@@ -199,6 +216,25 @@ class RunInfo(_Record):
     sampling: dict[str, float] = Field(default_factory=dict)
     ignore_eos: bool = False
     rps_change_events: tuple[RpsChange, ...] = ()
+
+    @classmethod
+    def now(cls, *, backend: str, model_id: str, tokenizer_id: str, num_prompts: int,
+            arrivals: RunArrivals, max_concurrency: int | None, label: str | None = None,
+            seed: int | None = None, tokenizer: str | None = None,
+            metadata: Mapping[str, str] | None = None, sampling: Mapping[str, float] | None = None,
+            ignore_eos: bool = False, rps_change_events: tuple[RpsChange, ...] = (),
+            date: str | None = None) -> RunInfo:
+        """The one way a run is described: dated now (vLLM's ``%Y%m%d-%H%M%S``; `date` when
+        the caller stamped the run already), its traffic keys (rate in requests/s,
+        burstiness, ramp-up) taken from `arrivals`."""
+        return cls(date=date or dt.datetime.now().strftime("%Y%m%d-%H%M%S"), backend=backend, label=label,
+                   model_id=model_id, tokenizer_id=tokenizer_id, num_prompts=num_prompts,
+                   request_rate=arrivals.request_rate, burstiness=arrivals.burstiness,
+                   max_concurrency=max_concurrency, ramp_up_strategy=arrivals.ramp_up_strategy,
+                   ramp_up_start_rps=arrivals.ramp_up_start_rps, ramp_up_end_rps=arrivals.ramp_up_end_rps,
+                   metadata=dict(metadata or {}), seed=seed, tokenizer=tokenizer,
+                   sampling=dict(sampling or {}), ignore_eos=ignore_eos,
+                   rps_change_events=rps_change_events)
 
 
 class BenchResult(_Record):

@@ -103,12 +103,11 @@ def run_offline(opts: SimOptions, dataset: DatasetOptions, seed: int, arrivals: 
                                                               num_warmups, TraceWriter(fh))
     else:
         run, memory, mml, pre, source = simulate_prepared(opts, wl, seed, max_concurrency, num_warmups)
-    result = summarize(run.records, run.duration_s, summary_opts).with_run(RunInfo(
-        date=date, backend=BACKEND, label=label, model_id=opts.model,
-        tokenizer_id=wl.tokenizer_name, num_prompts=len(wl.requests), metadata=metadata or {}, request_rate=arrivals.request_rate,
-        burstiness=arrivals.burstiness, max_concurrency=max_concurrency,
-        ramp_up_strategy=arrivals.ramp_up_strategy, ramp_up_start_rps=arrivals.ramp_up_start_rps,
-        ramp_up_end_rps=arrivals.ramp_up_end_rps, seed=seed, tokenizer=wl.tokenizer_source))
+    info = RunInfo.now(backend=BACKEND, label=label, model_id=opts.model,
+                       tokenizer_id=wl.tokenizer_name, num_prompts=len(wl.requests), metadata=metadata,
+                       arrivals=arrivals, max_concurrency=max_concurrency, seed=seed,
+                       tokenizer=wl.tokenizer_source, date=date)
+    result = summarize(run.records, run.duration_s, summary_opts).with_run(info)
     if run.spec_decode is not None:
         result = result.model_copy(update={"engine_spec_decode": run.spec_decode})
     return OfflineOutcome(result, run, memory, mml, run.num_steps, pre, date, wl.notes, source)

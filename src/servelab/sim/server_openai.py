@@ -14,6 +14,8 @@ import json
 from dataclasses import dataclass
 from typing import Literal
 
+from servelab import openai_request
+from servelab.openai_request import RequestError, read_flag, read_positive_int
 from servelab.workload.request import ChatMessage
 
 Kind = Literal["completion", "chat"]
@@ -61,105 +63,49 @@ class GenerationParams:
 def parse_json(raw: bytes) -> dict[str, object]:
     """The request body as a JSON object, or ApiError 400 naming the problem."""
     try:
-        body = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ApiError(400, f"The request body is not valid JSON: {exc}") from exc
-    if not isinstance(body, dict):
-        raise ApiError(400, "The request body must be a JSON object.")
-    return body
+        return openai_request.parse_json(raw)
+    except RequestError as exc:
+        raise ApiError(400, exc.message, param=exc.param) from exc
 
 
-def _int_list(value: list[object]) -> tuple[int, ...] | None:
-    if all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value):
-        return tuple(v for v in value if isinstance(v, int))
-    return None
-
-
-def _prompt(value: object) -> tuple[str | None, tuple[int, ...] | None]:
-    if isinstance(value, str):
-        return value, None
-    if isinstance(value, list):
-        # A one-element batch is the same request; longer batches are not simulated.
-        if len(value) == 1 and isinstance(value[0], (str, list)):
-            return _prompt(value[0])
-        ids = _int_list(value)
-        if ids is not None and ids:
-            return None, ids
-        if value and all(isinstance(v, (str, list)) for v in value):
-            raise ApiError(400, "Batched prompts (a list of prompts) are not supported by the "
-                                "simulator: send one prompt per request.", param="prompt")
-    raise ApiError(400, "'prompt' must be a string or a non-empty list of token ids.", param="prompt")
-
-
-def _content(value: object, index: int) -> str:
-    if isinstance(value, str):
-        return value
-    if isinstance(value, list):
-        parts = [p.get("text") for p in value if isinstance(p, dict) and p.get("type") == "text"]
-        if all(isinstance(p, str) for p in parts):
-            return "".join(p for p in parts if isinstance(p, str))
-    if value is None:
-        return ""
-    raise ApiError(400, f"messages[{index}].content must be a string or a list of text parts.",
-                   param="messages")
-
-
-def _messages(value: object) -> tuple[ChatMessage, ...]:
-    if not isinstance(value, list) or not value:
-        raise ApiError(400, "'messages' must be a non-empty list.", param="messages")
-    out = []
-    for i, m in enumerate(value):
-        if not isinstance(m, dict) or not isinstance(m.get("role"), str):
-            raise ApiError(400, f"messages[{i}] must be an object with a 'role'.", param="messages")
-        out.append(ChatMessage(str(m["role"]), _content(m.get("content"), i)))
-    return tuple(out)
-
-
-def _opt_int(body: dict[str, object], *names: str) -> int | None:
-    for name in names:
-        value = body.get(name)
-        if value is None:
-            continue
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ApiError(400, f"'{name}' must be an integer >= 1 (got {value!r}).", param=name)
-        return value
-    return None
-
-
-def _flag(obj: dict[str, object], name: str) -> bool:
-    value = obj.get(name, False)
-    if value is None:
-        return False
-    if not isinstance(value, bool):
-        raise ApiError(400, f"'{name}' must be true or false (got {value!r}).", param=name)
-    return value
+def _prompt(body: dict[str, object]) -> tuple[str | None, tuple[int, ...] | None]:
+    prompts = openai_request.read_prompts(body)
+    if len(prompts) > 1:  # a one-element batch is the same request; longer ones are not simulated
+        raise RequestError("Batched prompts (a list of prompts) are not supported by the "
+                           "simulator: send one prompt per request.", "prompt")
+    return prompts[0].text, prompts[0].ids
 
 
 def parse_generation(body: dict[str, object], kind: Kind) -> GenerationParams:
     """Validate a /v1/completions or /v1/chat/completions body (ApiError 400 if malformed)."""
+    try:
+        return _generation(body, kind)
+    except RequestError as exc:
+        raise ApiError(400, exc.message, param=exc.param) from exc
+
+
+def _generation(body: dict[str, object], kind: Kind) -> GenerationParams:
     model = body.get("model")
     if model is not None and not isinstance(model, str):
-        raise ApiError(400, "'model' must be a string.", param="model")
+        raise RequestError("'model' must be a string.", "model")
     n = body.get("n", 1)
     if n not in (1, None):
-        raise ApiError(400, f"'n' = {n!r}: the simulator generates one choice per request.", param="n")
+        raise RequestError(f"'n' = {n!r}: the simulator generates one choice per request.", "n")
     options = body.get("stream_options") or {}
     if not isinstance(options, dict):
-        raise ApiError(400, "'stream_options' must be an object.", param="stream_options")
-    stream = _flag(body, "stream")
+        raise RequestError("'stream_options' must be an object.", "stream_options")
+    stream = read_flag(body, "stream")
     if kind == "chat":
-        text, ids, messages = None, None, _messages(body.get("messages"))
-        max_tokens = _opt_int(body, "max_completion_tokens", "max_tokens")
+        text, ids, messages = None, None, openai_request.read_messages(body)
+        max_tokens = read_positive_int(body, "max_completion_tokens", "max_tokens")
     else:
-        if "prompt" not in body:
-            raise ApiError(400, "'prompt' is required.", param="prompt")
-        (text, ids), messages = _prompt(body["prompt"]), None
-        max_tokens = _opt_int(body, "max_tokens")
+        (text, ids), messages = _prompt(body), None
+        max_tokens = read_positive_int(body, "max_tokens")
     return GenerationParams(
         kind=kind, model=model or "", prompt_text=text, prompt_ids=ids, messages=messages,
         max_tokens=max_tokens, stream=stream,
-        include_usage=stream and _flag(options, "include_usage"),
-        continuous_usage=stream and _flag(options, "continuous_usage_stats"),
+        include_usage=stream and read_flag(options, "include_usage"),
+        continuous_usage=stream and read_flag(options, "continuous_usage_stats"),
     )
 
 

@@ -9,7 +9,6 @@ and equal across targets and runs (so two sweeps at a level see the same traffic
 
 from __future__ import annotations
 
-import datetime as dt
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -123,12 +122,11 @@ def measure_level(ot: OpenTarget, cfg: SweepConfig, level: float, cache: Workloa
         result = summarize(m.records, m.duration_s, cfg.summary_options())
         if len(m.servers) == 1:
             result = result.with_server(m.servers[0])
-        result = result.with_run(RunInfo(
-            date=dt.datetime.now().strftime("%Y%m%d-%H%M%S"), backend=ot.target.backend,
-            label=f"sweep {axis.key(level)} rep{rep}", model_id=ot.describe,
+        result = result.with_run(RunInfo.now(
+            backend=ot.target.backend, label=f"sweep {axis.key(level)} rep{rep}", model_id=ot.describe,
             tokenizer_id=cache.tokenizer(cfg.dataset.tokenizer).info.name, num_prompts=len(reqs),
-            request_rate=arrivals.request_rate, burstiness=cfg.burstiness, max_concurrency=cap,
-            seed=seed, metadata={"sweep_level": axis.key(level), "repetition": str(rep)}))
+            arrivals=arrivals, max_concurrency=cap, seed=seed,
+            metadata={"sweep_level": axis.key(level), "repetition": str(rep)}))
         point = LevelPoint(level, rep, seed, result,
                            ServerFigures.of_run(m.servers, m.extras.get("preemptions")),
                            saturation_reason(m.records, result, open_loop=not concurrency))

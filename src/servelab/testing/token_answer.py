@@ -18,17 +18,19 @@ from __future__ import annotations
 
 import json
 
+from servelab.openai_request import RequestError, prompt_text
+
 # The stream's terminator, as vLLM sends it (after the usage chunk, if any).
 DONE = b"data: [DONE]\n\n"
 
 
 def count_prompt_tokens(body: dict) -> int:
-    """Prompt length in tokens: words of the prompt, or of all chat messages' contents."""
-    if "messages" in body:
-        text = " ".join(str(m.get("content", "")) for m in body["messages"])
-    else:
-        text = str(body.get("prompt", ""))
-    return len(text.split())
+    """Prompt length in tokens: words of the prompt, or of all chat messages' contents (a
+    body the reader refuses counts 0: this server answers anything)."""
+    try:
+        return len(prompt_text(body, chat="messages" in body).split())
+    except RequestError:
+        return 0
 
 
 def count_output_tokens(body: dict, eos_after: int | None) -> int:
