@@ -6,6 +6,8 @@ import pytest
 
 from servelab.hardware.catalog import get_gpu
 from servelab.models import load_model
+from servelab.models.costs import expected_experts_touched
+from servelab.models.weights import checkpoint_bytes
 from servelab.plan import EngineArgs
 from servelab.plan.compare import Arm, read_arm, verdict
 from servelab.plan.roofline import (
@@ -13,7 +15,6 @@ from servelab.plan.roofline import (
     StepShape,
     decode_ceiling_tok_s,
     decode_step,
-    experts_touched,
     mbu,
     prefill_time_s,
     step_time,
@@ -35,7 +36,7 @@ def test_single_gpu_decode_is_weights_over_bandwidth():
     model, gpu, args = load_model("Qwen/Qwen3-14B"), get_gpu("H200"), EngineArgs()
     step = decode_step(model, gpu, args, 1, 0)
     # weights minus the embedding table (a lookup) plus one row, plus the KV written
-    expected = model.weight_bytes() - 2 * 151936 * 5120 + 2 * 5120 + 163_840
+    expected = checkpoint_bytes(model) - 2 * 151936 * 5120 + 2 * 5120 + 163_840
     assert step.bytes_read == expected
     assert step.memory_s == pytest.approx(expected / 4.8e12)
     assert step.allreduce_s == 0 and step.total_s == step.memory_s and step.bound == "memory"
@@ -72,11 +73,11 @@ def test_mbu_inverts_the_step():
 
 def test_moe_bytes_follow_experts_touched():
     model, gpu, args = load_model("Qwen/Qwen3-30B-A3B"), get_gpu("H200"), EngineArgs()
-    assert experts_touched(model, 1) == pytest.approx(8)
+    assert expected_experts_touched(model, 1) == pytest.approx(8)
     one, many = decode_step(model, gpu, args, 1, 0), decode_step(model, gpu, args, 256, 0)
     experts = 48 * 128 * 3 * 2048 * 768 * 2  # routed expert bytes, bf16
     assert many.bytes_read - one.bytes_read == pytest.approx(
-        experts * (experts_touched(model, 256) - 8) / 128 + 255 * (2 * 2048 + 98_304), rel=1e-6)
+        experts * (expected_experts_touched(model, 256) - 8) / 128 + 255 * (2 * 2048 + 98_304), rel=1e-6)
 
 
 def test_pipeline_stages_split_layers():

@@ -15,6 +15,7 @@ import pytest
 from servelab.errors import ServelabError
 from servelab.hardware.catalog import get_gpu
 from servelab.models import load_model
+from servelab.models.weights import checkpoint_bytes
 from servelab.plan import EngineArgs
 from servelab.plan.args import uses_v1_model_runner
 from servelab.sim.calibrate import nelder_mead
@@ -187,7 +188,7 @@ def test_batch_one_decode_streams_the_weights_once() -> None:
     # the H200's 4.8 TB/s), so the linear part lies between those two bandwidths.
     model = load_model("Qwen/Qwen3-14B", None)
     ops = OperatorModel(model, H200, EngineArgs(), kernel_times(H200, None))
-    weights = model.weight_bytes()
+    weights = checkpoint_bytes(model)
     t = ops.tokens_s(1) + ops.seqs_s(1)
     assert weights / (0.9 * 4.8e12) < t < weights / (0.5 * 4.8e12)
 

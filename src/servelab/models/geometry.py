@@ -185,53 +185,6 @@ class ModelGeometry:
                 linear += s.params
         return linear + self.vocab * self.hidden + self.router_params + self.small_params
 
-    # -- delegated arithmetic ---------------------------------------------------------
-    def weight_bytes(self, weight_format: WeightFormat | None = None) -> int:
-        """Bytes of the checkpoint's tensors in `weight_format` (default: this model's)."""
-        from servelab.models.weights import checkpoint_bytes
-
-        return checkpoint_bytes(self, weight_format or self.weight_format)
-
-    def kv_bytes_per_token(self, kv_cache_dtype: str = "auto") -> int:
-        """KV-cache bytes one token occupies in every layer (sliding layers counted as full;
-        see `kv_bytes_for_context` for the windowed figure)."""
-        from servelab.models.costs import kv_bytes_per_token
-
-        return kv_bytes_per_token(self, kv_cache_dtype)
-
-    def kv_bytes_for_context(self, context_tokens: int, kv_cache_dtype: str = "auto") -> int:
-        """KV bytes one sequence of `context_tokens` holds: a sliding layer keeps at most
-        `sliding_window` tokens."""
-        from servelab.models.costs import kv_bytes_for_context
-
-        return kv_bytes_for_context(self, context_tokens, kv_cache_dtype)
-
-    def flops_per_token_prefill(self, context_tokens: int) -> float:
-        """FLOPs for one prompt token that attends `context_tokens` tokens."""
-        from servelab.models.costs import flops_per_token
-
-        return flops_per_token(self, context_tokens, decode=False)
-
-    def flops_per_token_decode(self, context_tokens: int) -> float:
-        """FLOPs for one generated token that attends `context_tokens` tokens."""
-        from servelab.models.costs import flops_per_token
-
-        return flops_per_token(self, context_tokens, decode=True)
-
-    def expected_experts_touched(self, tokens: int) -> float:
-        """Expected distinct routed experts per MoE layer hit by `tokens` tokens."""
-        from servelab.models.costs import expected_experts_touched
-
-        return expected_experts_touched(self, tokens)
-
-    def decode_bytes_read(self, batch: int, context_tokens: int,
-                          kv_cache_dtype: str = "auto") -> int:
-        """Bytes one decode step reads for `batch` sequences of `context_tokens` each:
-        the weights touched (MoE: expected experts) plus every sequence's KV."""
-        from servelab.models.costs import decode_bytes_read
-
-        return decode_bytes_read(self, batch, context_tokens, kv_cache_dtype)
-
 
 def _mlp(prefix: str, hidden: int, width: int, count: int,
          role: LinearRole) -> tuple[LinearShape, ...]:

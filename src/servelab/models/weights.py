@@ -59,9 +59,10 @@ def unquantized_bytes(model: ModelGeometry) -> int:
                           + model.router_params + model.small_params)
 
 
-def checkpoint_bytes(model: ModelGeometry, weight_format: WeightFormat) -> int:
-    """Total bytes of the checkpoint's tensors in `weight_format`."""
-    linear = sum(linear_bytes(model, s, weight_format) for s in model.linear_shapes())
+def checkpoint_bytes(model: ModelGeometry, weight_format: WeightFormat | None = None) -> int:
+    """Total bytes of the checkpoint's tensors in `weight_format` (default: the model's)."""
+    fmt = weight_format or model.weight_format
+    linear = sum(linear_bytes(model, s, fmt) for s in model.linear_shapes())
     return linear + unquantized_bytes(model)
 
 

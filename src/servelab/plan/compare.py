@@ -24,6 +24,7 @@ import math
 from dataclasses import dataclass
 
 from servelab.hardware.catalog import GPUSpec
+from servelab.models.costs import kv_bytes_for_context, kv_bytes_per_token
 from servelab.models.geometry import ModelGeometry
 from servelab.plan.args import EngineArgs
 from servelab.plan.memory import MemoryPlan, plan_memory
@@ -64,8 +65,8 @@ def read_arm(arm: Arm, target_concurrency: int, context_tokens: int) -> ArmReadi
     mem = plan_memory(arm.model, arm.gpu, args)
     replicas = args.data_parallel_size
     gpus = replicas * args.tensor_parallel_size * args.pipeline_parallel_size
-    per_request = arm.model.kv_bytes_for_context(context_tokens, args.kv_cache_dtype)
-    pool = mem.all_layer_blocks * mem.block_size * arm.model.kv_bytes_per_token(args.kv_cache_dtype)
+    per_request = kv_bytes_for_context(arm.model, context_tokens, args.kv_cache_dtype)
+    pool = mem.all_layer_blocks * mem.block_size * kv_bytes_per_token(arm.model, args.kv_cache_dtype)
     held = int(pool // per_request) if mem.fits and per_request else 0
     share = math.ceil(target_concurrency / replicas)
     batch = max(0, min(share, held, mem.max_num_seqs))

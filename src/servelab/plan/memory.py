@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pydantic import BaseModel, ConfigDict
 
 from servelab.hardware.catalog import GPUSpec
-from servelab.models.costs import kv_bytes_per_layer_token, kv_bytes_per_token_per_gpu
+from servelab.models.costs import kv_bytes_per_layer_token, kv_bytes_per_token, kv_bytes_per_token_per_gpu
 from servelab.models.geometry import ModelGeometry
 from servelab.models.weights import weight_bytes_per_gpu
 from servelab.plan.args import EngineArgs, cudagraph_capture_sizes, resolve_limits
@@ -245,7 +245,7 @@ def plan_memory(model: ModelGeometry, gpu: GPUSpec, args: EngineArgs,
         weights_gib=weights / GIB, activation_gib=act / GIB, non_torch_gib=non_torch / GIB,
         cuda_graph_gib=cuda_graph_bytes(model, args, limits.max_num_seqs) / GIB,
         kv_cache_gib=available / GIB,
-        kv_bytes_per_token=model.kv_bytes_per_token(args.kv_cache_dtype),
+        kv_bytes_per_token=kv_bytes_per_token(model, args.kv_cache_dtype),
         kv_bytes_per_token_per_gpu=per_token_gpu, block_size=args.block_size,
         num_gpu_blocks=blocks, kv_cache_tokens=tokens, max_model_len=limits.max_model_len,
         max_num_seqs=limits.max_num_seqs, max_num_batched_tokens=limits.max_num_batched_tokens,

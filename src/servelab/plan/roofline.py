@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from servelab.hardware.catalog import GPUSpec
 from servelab.models.costs import (
     attention_flops,
-    expected_experts_touched,
     kv_bytes_per_layer_token,
     weights_read_bytes,
 )
@@ -179,7 +178,3 @@ def mbu(model: ModelGeometry, gpu: GPUSpec, args: EngineArgs, tpot_ms: float, ba
     per_stage_s = tpot_ms / 1e3 / args.pipeline_parallel_size
     return step.bytes_read / per_stage_s / (gpu.memory_bandwidth_gbs * 1e9)
 
-
-def experts_touched(model: ModelGeometry, batch: int) -> float:
-    """Expected distinct routed experts per MoE layer for a step of `batch` tokens."""
-    return expected_experts_touched(model, batch)
