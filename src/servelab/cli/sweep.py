@@ -25,18 +25,6 @@ SWEEP_ENGINE_HELP = {
 }
 
 
-def spec_dataset(spec_path: Path, workload: str | None) -> tuple[DatasetOptions, object]:
-    """(dataset options of the spec's workload, the spec) for `--spec`."""
-    from servelab.experiment import load_spec
-
-    spec = load_spec(spec_path)
-    names = [w.name for w in spec.workloads]
-    name = workload or names[0]
-    if name not in names:
-        raise ServelabError(f"--workload {name!r}: the spec's workloads are {', '.join(names)}")
-    return spec.workload(name).dataset(1, spec.model.tokenizer), spec
-
-
 @workload_flags
 @sim_engine_flags(raw=True, required=False, fleet=True, help=SWEEP_ENGINE_HELP)
 def sweep_cmd(
@@ -80,7 +68,7 @@ def sweep_cmd(
     from servelab.sweep.report import outcome_json, summary_lines, sweep_table
     from servelab.sweep.runner import SweepConfig, run_sweep
     from servelab.sweep.slo import parse_slo
-    from servelab.sweep.targets import open_arm, open_sim, open_url
+    from servelab.sweep.targets import open_arm, open_sim, open_url, spec_dataset
 
     chosen = [n for n, on in (("--base-url", base_url is not None), ("--sim", sim), ("--spec", spec is not None)) if on]
     if len(chosen) != 1:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from servelab.errors import ServelabError
+from servelab.experiment import load_spec
 from servelab.experiment.planning import ArmPlanner
 from servelab.experiment.targets import HttpTarget, OfflineSimTarget, Target
 from servelab.sim.setup import SimOptions
@@ -89,7 +90,6 @@ def open_arm(spec_path: Path, arm_name: str | None, log_dir: Path,
              arm_update: dict[str, Any] | None = None) -> OpenTarget:
     """Start arm `arm_name` (default: the baseline) of the spec; `arm_update` overrides
     arm fields (the tuner's trial parameters)."""
-    from servelab.experiment import load_spec
     from servelab.experiment.launch import start_arm
 
     spec = load_spec(spec_path)
@@ -119,3 +119,14 @@ def arm_of(spec: Any, name: str | None) -> Any:
     if name not in names:
         raise ServelabError(f"--arm {name!r}: the spec's arms are {', '.join(names)}")
     return spec.arm(name)
+
+
+def spec_dataset(spec_path: Path, workload: str | None) -> tuple[Any, Any]:
+    """(dataset options of the spec's workload, the spec) for `--spec` (`--workload`: its
+    first by default)."""
+    spec = load_spec(spec_path)
+    names = [w.name for w in spec.workloads]
+    name = workload or names[0]
+    if name not in names:
+        raise ServelabError(f"--workload {name!r}: the spec's workloads are {', '.join(names)}")
+    return spec.workload(name).dataset(1, spec.model.tokenizer), spec

@@ -25,12 +25,26 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
 
 from servelab.errors import ServelabError
+from servelab.experiment.spec import NumPromptsRule
+from servelab.hardware.catalog import get_gpu
+from servelab.models import load_model
+from servelab.plan import EngineArgs, resolve_limits
+from servelab.sim.setup import SimOptions
+from servelab.storage import check_writable_dir, write_json_atomic
+from servelab.sweep.levels import LevelAxis, Targets
+from servelab.sweep.plots import pareto_plot
 from servelab.sweep.runner import Echo, SweepConfig, WorkloadCache, run_sweep
-from servelab.sweep.space import Space, Value
-from servelab.sweep.targets import OpenTarget
+from servelab.sweep.slo import Slo
+from servelab.sweep.space import Space, Value, parse_space
+from servelab.sweep.targets import OpenTarget, arm_of, open_arm, open_sim, spec_dataset
 from servelab.sweep.trials import ParetoPoint, Trial, TrialStore
+from servelab.workload.datasets import DatasetOptions
 
 Opener = Callable[[dict[str, Value]], OpenTarget]
 IMPROVE = 1e-9
@@ -189,18 +203,9 @@ def tune(cfg: TuneConfig, opener: Opener, store: TrialStore, defaults: dict[str,
     return TuneOutcome(best, base, tuple(ev.spent), ev.reused, cfg.space.size)
 
 
-def sim_opener(base: object) -> tuple[Opener, dict[str, Value | None]]:
+def sim_opener(base: SimOptions) -> tuple[Opener, dict[str, Value | None]]:
     """(opener, resolved defaults) for the simulator: a trial's params replace fields of the
     base `SimOptions`' EngineArgs; the defaults are what the planner resolves for them."""
-    from pydantic import ValidationError
-
-    from servelab.hardware.catalog import get_gpu
-    from servelab.models import load_model
-    from servelab.plan import EngineArgs, resolve_limits
-    from servelab.sim.setup import SimOptions
-    from servelab.sweep.targets import open_sim
-
-    assert isinstance(base, SimOptions)
     args = base.engine_args
 
     def opener(params: dict[str, Value]) -> OpenTarget:
@@ -217,3 +222,113 @@ def sim_opener(base: object) -> tuple[Opener, dict[str, Value | None]]:
     defaults.update(max_num_seqs=limits.max_num_seqs, max_num_batched_tokens=limits.max_num_batched_tokens,
                     max_model_len=limits.max_model_len)
     return opener, defaults
+
+
+OBJECTIVES = ("goodput", "throughput")
+
+
+@dataclass(frozen=True, slots=True)
+class TuneRequest:
+    """One tune run: the target (`sim`: the offline simulator from these options; else an
+    arm of the experiment `spec`), the axes (`params`, ``NAME=V1,V2,...``), the SLO and
+    objective, and each trial's capacity sweep (concurrency `levels`, `prompts` per level)."""
+
+    params: tuple[str, ...]
+    slo: Slo
+    out: Path
+    dataset: DatasetOptions
+    seed: int
+    objective: str = "goodput"
+    max_trials: int | None = None
+    grid: bool = False
+    levels: tuple[int, int] = (1, 1024)
+    prompts: NumPromptsRule = NumPromptsRule(per_concurrency=5, min=50, max=1000)
+    repetitions: int = 1
+    sim: SimOptions | None = None
+    spec: Path | None = None
+    arm: str | None = None
+    workload: str | None = None
+
+    def check(self) -> None:
+        """Refuse a request that cannot run, naming the flag, before any trial runs."""
+        if (self.sim is None) == (self.spec is None):
+            raise ServelabError("give exactly one target: --sim (with --model, --gpu) or --spec FILE")
+        if self.objective not in OBJECTIVES:
+            raise ServelabError(f"--objective {self.objective!r}: use goodput or throughput")
+        if self.max_trials is not None and self.max_trials < 1:
+            raise ServelabError(f"--max-trials {self.max_trials}: must be >= 1")
+        check_writable_dir(self.out, "--out")
+
+
+@dataclass(frozen=True, slots=True)
+class TuneRun:
+    """A finished tune run: the outcome, the search space, the trial budget and the summary
+    written to tune.json."""
+
+    outcome: TuneOutcome
+    space: Space
+    budget: int
+    summary: dict[str, Any]
+
+
+def _target(req: TuneRequest) -> tuple[Opener, dict[str, Value | None], Space, DatasetOptions, dict[str, Any]]:
+    """(opener, the axes' defaults, space, dataset, settings the trial store binds)."""
+    if req.sim is not None:
+        opener, defaults = sim_opener(req.sim)
+        return (opener, defaults, parse_space(list(req.params), sorted(EngineArgs.model_fields)), req.dataset,
+                {"target": "sim", "model": req.sim.model, "gpu": req.sim.gpu,
+                 "engine_args": req.sim.engine_args.model_dump(mode="json")})
+    assert req.spec is not None
+    spec_path = req.spec
+    dataset, spec = spec_dataset(spec_path, req.workload)
+    arm_spec = arm_of(spec, req.arm)
+
+    def spec_opener(params: dict[str, Value]) -> OpenTarget:
+        update: dict[str, Any] = {"args": {**arm_spec.args, **{k: v for k, v in params.items()
+                                                               if k != "gpu_memory_utilization"}}}
+        if "gpu_memory_utilization" in params:
+            update["gpu_memory_utilization"] = params["gpu_memory_utilization"]
+        return open_arm(spec_path, req.arm, req.out / "logs", update)
+
+    return (spec_opener, dict(arm_spec.args), parse_space(list(req.params), None), dataset,
+            {"target": "spec", "spec": str(spec_path), "arm": arm_spec.name})
+
+
+def run_tune(req: TuneRequest, echo: Echo = lambda _l: None) -> TuneRun:
+    """Run (or resume from `req.out`'s trials) the search of `req`; writes the trials,
+    tune.json and pareto.png (every measured level of every trial, the front and the best
+    point) into `req.out`."""
+    req.check()
+    opener, defaults, space, dataset, settings = _target(req)
+    slo = req.slo
+    sweep_cfg = SweepConfig(
+        axis=LevelAxis("concurrency", float(req.levels[0]), float(req.levels[1])), dataset=dataset,
+        targets=Targets(knee=False, slo=True, saturation=False), repetitions=req.repetitions,
+        prompts=req.prompts, seed=req.seed, slo=slo, percentile=slo.percentile)
+    cfg = TuneConfig(space, sweep_cfg, req.objective, req.max_trials)
+    store = TrialStore(req.out)
+    store.bind({**settings, "dataset": dataset.model_dump(mode="json"), "seed": req.seed,
+                "slo": dict(slo.limits_ms), "percentile": slo.percentile, "objective": req.objective,
+                "levels": list(req.levels),
+                "prompts": [req.prompts.per_concurrency, req.prompts.min, req.prompts.max],
+                "repetitions": req.repetitions})
+    budget = space.size if req.grid else cfg.budget
+    echo(f"tuning {', '.join(space.names)} over a grid of {space.size} under {slo.describe()} "
+         f"(budget {budget} trials, seed {req.seed})")
+    res = tune(cfg, opener, store, defaults, echo=echo, grid=req.grid)
+    points = [(p.per_user_tok_s, p.tok_s_per_gpu, str(t.params), p.meets_slo)
+              for t in res.trials for p in t.points]
+    best_pt = None
+    if res.best.capacity_level is not None:
+        bp = [p for p in res.best.points if p.level == res.best.capacity_level]
+        best_pt = (bp[0].per_user_tok_s, bp[0].tok_s_per_gpu) if bp else None
+    if points:
+        pareto_plot(points, dict(slo.limits_ms).get("tpot"), best_pt, req.out / "pareto.png",
+                    f"{settings.get('model', settings.get('arm'))}: every measured level of every trial")
+    summary = {
+        "best": res.best.to_json(), "defaults": res.defaults.to_json(), "margin_over_defaults": res.margin,
+        "trials_spent": len(res.trials), "trials_reused": res.reused, "grid_size": res.grid_size,
+        "infeasible": sum(1 for t in res.trials if t.status != "ok"), "objective": req.objective,
+    }
+    write_json_atomic(req.out / "tune.json", summary)
+    return TuneRun(res, space, budget, summary)
