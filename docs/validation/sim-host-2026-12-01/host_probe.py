@@ -23,10 +23,13 @@ import random
 import statistics
 import sys
 import time
+from pathlib import Path
 
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the engine in this process
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "sim-kernels-2026-12-01"))
 from engine_trace import kernels_of  # noqa: E402
+
+from servelab.storage import write_json_atomic  # noqa: E402
 
 
 def main() -> None:
@@ -82,10 +85,7 @@ def main() -> None:
         }
         print(f"{out['model']} {kind} {tokens}: {out['points'][kind]['wall_ms_median']} ms, "
               f"{out['points'][kind]['kernels']} kernels ({out['points'][kind]['kernels_us']} us)", flush=True)
-    tmp = args.out + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(out, f, indent=1)
-    os.replace(tmp, args.out)
+    write_json_atomic(Path(args.out), out)
 
 
 if __name__ == "__main__":

@@ -7,10 +7,10 @@ Writes the points as JSON (`--out`): `GemmPoint`s with the activations' dtype ad
 from __future__ import annotations
 
 import argparse
-import json
-import os
+from pathlib import Path
 
 from servelab.sim.profiler import ProfileGrid, Timer, measure_quant_gemms
+from servelab.storage import write_json_atomic
 
 
 def main() -> None:
@@ -29,10 +29,8 @@ def main() -> None:
         for p in measure_quant_gemms(torch, timer, ops, grid, skipped, lambda s: print(s, flush=True), act):
             if act == "bf16" or p.family != "fp8":
                 rows.append({**p.model_dump(mode="json"), "act_dtype": act})
-    tmp = args.out + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump({"device": torch.cuda.get_device_name(0), "skipped": skipped, "gemm": rows}, f, indent=1)
-    os.replace(tmp, args.out)
+    write_json_atomic(Path(args.out), {"device": torch.cuda.get_device_name(0), "skipped": skipped,
+                                       "gemm": rows})
 
 
 if __name__ == "__main__":

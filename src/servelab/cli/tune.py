@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 from rich.console import Console
@@ -16,10 +16,10 @@ from servelab.cli.engine_flags import EngineFlags, sim_engine_flags
 from servelab.cli.flags import workload_flags
 from servelab.cli.output import make_console
 from servelab.errors import ServelabError
-from servelab.experiment.spec import NumPromptsRule
-from servelab.sweep.slo import parse_slo
-from servelab.sweep.tune import TuneRequest, TuneRun, run_tune
 from servelab.workload.datasets import DatasetOptions
+
+if TYPE_CHECKING:
+    from servelab.sweep.tune import TuneRun
 
 
 # `sim run`'s engine flags; with --sim the searched ones (--param) start from these values.
@@ -60,6 +60,12 @@ def tune_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print the outcome JSON on stdout."),
 ) -> None:
     """Search engine arguments for the best goodput at the SLO capacity, in fewer trials than the grid."""
+    # imported when the command runs: the sweep package pulls in the simulator and
+    # matplotlib (~0.9 s), which every other command's start-up should not pay
+    from servelab.experiment.spec import NumPromptsRule
+    from servelab.sweep.slo import parse_slo
+    from servelab.sweep.tune import TuneRequest, run_tune
+
     if sim and (engine.model is None or engine.gpu is None):
         raise ServelabError("--sim needs --model (catalog name) and --gpu (catalog GPU)")
     req = TuneRequest(

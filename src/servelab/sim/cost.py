@@ -15,11 +15,10 @@ step = PP x (GPU time of one stage x `gpu_time_scale`) + (PP - 1) activation hop
   a stage takes max(kernel time x `gpu_time_scale`, CPU launches x `launch_us`) (the GPU
   cannot run ahead of its launches; a full CUDA graph is one launch), then
   `step_overhead_ms` + `per_seq_us` x scheduled sequences + `per_prefill_token_us` x
-  prefill tokens; `request_overhead_ms` once per request before the engine sees it, and
-  `frontend_us_per_prompt_token` x prompt tokens in the replica's API server, which takes
-  requests one at a time (a burst of long prompts queues there before the engine) and
-  spends `frontend_us_per_output_token` on every token it streams (tokens reach the client
-  when it has streamed them, in turn with intake).
+  prefill tokens; `request_overhead_ms` once per request before the engine sees it. The
+  replica's API server is not a residual: its figures (`frontend_*`, `H200_API_SERVER`)
+  are measured, and `servelab.sim.offline` runs it as vLLM's two workers (the tokenizer
+  worker, one request at a time; the event loop: intake, hand-off, step outputs, chunks).
 - the engine's CPU work per step (schedule, prepare inputs, process outputs: `cpu_step_ms`
   + `cpu_per_seq_us` x sequences) overlaps the GPU's under asynchronous scheduling (vLLM's
   default). vLLM 0.25.1 runs two model runners (`servelab.plan.args.uses_v1_model_runner`): dense models on

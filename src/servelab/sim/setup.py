@@ -61,13 +61,14 @@ def build_cluster(opts: SimOptions, rng: random.Random) -> Cluster:
     engines = [first] + [SimEngine(dataclasses.replace(first.config, seed=r), first.cost)
                          for r in range(1, opts.replicas)]
     policy = make_policy(opts.router_policy, rng) if opts.replicas > 1 else None
-    return Cluster(engines, policy, NetworkCosts(cal.request_overhead_ms, ROUTER_HOP_MS,
-                                                 cal.frontend_us_per_prompt_token,
-                                                 cal.frontend_us_per_output_token,
-                                                 cal.frontend_us_per_chunk,
-                                                 cal.frontend_us_per_request,
-                                                 cal.frontend_tokenize_us,
-                                                 cal.frontend_handoff_us))
+    network = NetworkCosts(
+        request_overhead_ms=cal.request_overhead_ms, router_hop_ms=ROUTER_HOP_MS,
+        frontend_us_per_prompt_token=cal.frontend_us_per_prompt_token,
+        frontend_us_per_output_token=cal.frontend_us_per_output_token,
+        frontend_us_per_chunk=cal.frontend_us_per_chunk,
+        frontend_us_per_request=cal.frontend_us_per_request,
+        frontend_tokenize_us=cal.frontend_tokenize_us, frontend_handoff_us=cal.frontend_handoff_us)
+    return Cluster(engines, policy, network)
 
 
 def fit_token_ids(ids: Sequence[int], prompt_len: int, index: int) -> tuple[int, ...]:
