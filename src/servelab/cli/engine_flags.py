@@ -25,6 +25,7 @@ from pydantic import ValidationError
 
 from servelab.cli.flags import extend_signature
 from servelab.errors import ServelabError
+from servelab.hardware.catalog import node_layout
 from servelab.plan.args import VLLM_DEFAULT_GPU_MEMORY_UTILIZATION
 from servelab.sim.cost import Calibration
 from servelab.sim.kernel_profile import KernelProfile
@@ -55,6 +56,8 @@ class EngineFlags:
     profile: Path | None = None
     speculative_config: str | None = None  # vLLM's --speculative-config JSON
     spec_acceptance: str | None = None  # per-position acceptance, "0.8,0.7,..."
+    gpus_per_node: int | None = None  # None: a replica's GPUs share one node
+    node_link: str = "infiniband"
 
     def options(self) -> SimOptions:
         """Validate into `SimOptions` (ServelabError names a bad flag)."""
@@ -71,7 +74,8 @@ def engine_options(*, model: str, gpu: str, quantization: str | None, max_num_se
                    router_policy: str, calibration: Path | None,
                    async_scheduling: bool = True, profile: Path | None = None,
                    speculative_config: str | None = None,
-                   spec_acceptance: str | None = None) -> SimOptions:
+                   spec_acceptance: str | None = None, gpus_per_node: int | None = None,
+                   node_link: str = "infiniband") -> SimOptions:
     """Validate the engine flags into `SimOptions` (ServelabError names a bad flag)."""
     from servelab.plan import EngineArgs
 
@@ -104,9 +108,13 @@ def engine_options(*, model: str, gpu: str, quantization: str | None, max_num_se
     cal = Calibration.load(calibration) if calibration is not None else None
     prof = KernelProfile.load(profile) if profile is not None else None
     speculative = speculative_options(speculative_config, spec_acceptance)
+    if gpus_per_node is not None and gpus_per_node < 1:
+        raise ServelabError(f"--gpus-per-node {gpus_per_node}: must be >= 1")
+    nodes = node_layout(gpus_per_node, node_link) if gpus_per_node is not None else None
     return SimOptions(model=model, gpu=gpu, quantization=quantization, engine_args=args,
                       replicas=replicas, router_policy=router_policy, calibration=cal,
-                      async_scheduling=async_scheduling, profile=prof, speculative=speculative)
+                      async_scheduling=async_scheduling, profile=prof, speculative=speculative,
+                      nodes=nodes)
 
 
 def speculative_options(config_json: str | None, acceptance: str | None) -> SpeculativeConfig | None:
@@ -184,6 +192,10 @@ _FLAGS = (
           "vLLM's speculative decoding JSON, e.g. '{{\"method\": \"ngram\", \"num_speculative_tokens\": 4}}'."),
     _Flag("spec_acceptance", Optional[str], None, ("--spec-acceptance",),
           "Per-position acceptance for --speculative-config, e.g. 0.8,0.7,0.6,0.5 (one per draft token)."),
+    _Flag("gpus_per_node", Optional[int], None, ("--gpus-per-node",),
+          "GPUs per node: a replica wider than a node crosses --node-link (default: one node)."),
+    _Flag("node_link", str, "infiniband", ("--node-link",),
+          "Fabric between nodes: infiniband, roce or ethernet (with --gpus-per-node)."),
 )
 ENGINE_FLAG_NAMES = tuple(f.name for f in _FLAGS)
 _FLEET = ("replicas", "router_policy")

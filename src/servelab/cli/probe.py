@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from typing import Optional
+
 import typer
 from rich.console import Console
 
@@ -48,13 +51,35 @@ def _render(result: ProbeResult, console: Console) -> None:
         console.print(f"[dim]{note}[/]", highlight=False)
 
 
+def _render_nodes(nodes: list, console: Console) -> None:
+    table = Table(title=f"Ray cluster: {len(nodes)} live node(s)")
+    for column in ("node", "address", "Ray GPUs", "Ray CPUs", "probed GPUs", "links"):
+        table.add_column(column)
+    for n in nodes:
+        names = ", ".join(f"{g.index}: {g.catalog_name or g.name}" for g in n.probe.gpus) or (n.probe.message or "-")
+        links = n.probe.topology.summary if n.probe.topology is not None else "-"
+        table.add_row(n.node_id[:12], n.address, f"{n.ray_gpus:g}", f"{n.ray_cpus:g}", names, links)
+    console.print(table)
+
+
 def probe_command(
     json_out: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+    ray: Optional[str] = typer.Option(None, "--ray", metavar="ADDRESS", help="Probe every node of this Ray cluster (auto: the local one), as one Ray task per node. Needs servelab[ray]."),
 ) -> None:
     """Show this machine's NVIDIA GPUs (NVML, else nvidia-smi) and the links between them.
 
-    With no GPU it prints "no NVIDIA GPU found" and exits 0.
+    With no GPU it prints "no NVIDIA GPU found" and exits 0. With --ray: every node's
+    resources as Ray counts them, and the same probe run on each node.
     """
+    if ray is not None:
+        from servelab.distributed.raycluster import connect, probe_nodes
+
+        nodes = probe_nodes(connect(ray))
+        if json_out:
+            typer.echo(json.dumps([n.model_dump(mode="json") for n in nodes], indent=2))
+        else:
+            _render_nodes(nodes, make_console())
+        return
     result = probe()
     if json_out:
         typer.echo(result.model_dump_json(indent=2))

@@ -17,11 +17,13 @@ def run_cmd(
     arm: list[str] = typer.Option([], "--arm", metavar="ARM", help="Run only this arm (repeatable; default: every arm)."),
     workload: list[str] = typer.Option([], "--workload", metavar="WORKLOAD", help="Run only this workload (repeatable)."),
     load: list[str] = typer.Option([], "--load", metavar="LOAD", help="Run only this load, by cell name: c10, r2.5, r2.5-c32 (repeatable)."),
+    ray: Optional[str] = typer.Option(None, "--ray", metavar="ADDRESS", help="Run the arms on this Ray cluster (auto: the local one; default: the spec's cluster.ray, else here, one arm after another). Needs servelab[ray]."),
 ) -> None:
     """Run every arm x workload x load cell of a spec; stored cells are skipped (resume).
 
     --arm/--workload/--load measure a part of the grid; cell seeds do not depend on the
-    selection, so parts measured in separate runs see the same requests.
+    selection, so parts measured in separate runs see the same requests. With --ray each
+    arm runs as a placed Ray actor, arms in parallel where GPUs allow (docs/cluster.md).
     """
     from servelab.cli.report import print_report
     from servelab.experiment import load_spec, run_experiment
@@ -36,8 +38,14 @@ def run_cmd(
     err = make_console(stderr=True)
     err.print(f"experiment {spec.name}: {len(spec.arms)} arms x {len(spec.workloads)} workloads "
               f"-> {root}", highlight=False)
-    run_experiment(spec, root, force=force, spec_path=spec_file, select=select,
-                   echo=lambda line: err.print(line, highlight=False, markup=False))
+    echo = lambda line: err.print(line, highlight=False, markup=False)  # noqa: E731
+    address = ray or spec.cluster.ray
+    if address is not None:
+        from servelab.distributed.raydriver import run_on_ray
+
+        run_on_ray(spec, root, address, force=force, spec_path=spec_file, select=select, echo=echo)
+    else:
+        run_experiment(spec, root, force=force, spec_path=spec_file, select=select, echo=echo)
     if not no_report:
         print_report(root)
 

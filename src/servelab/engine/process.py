@@ -8,6 +8,7 @@ touched, never anything found by name.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shlex
@@ -37,6 +38,10 @@ __all__ = [
 ]
 
 TAIL_LINES = 30
+# Set (to "1") by servelab's Ray actors: a server they start is sent SIGTERM by the kernel
+# when the actor's process dies (a killed actor cannot stop what it started).
+DIE_WITH_PARENT_ENV = "SERVELAB_DIE_WITH_PARENT"
+_PR_SET_PDEATHSIG = 1
 _SECRET = re.compile(r"key|token|secret|password", re.IGNORECASE)
 # No proxy for 127.0.0.1: a proxy from the environment would answer for our server.
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -116,6 +121,14 @@ def group_alive(pgid: int) -> bool:
     return False
 
 
+def _die_with_parent() -> None:
+    """In the child, before exec: SIGTERM when the parent process dies (Linux prctl)."""
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
 def _redacted_argv(argv: Sequence[str]) -> str:
     out: list[str] = []
     hide_next = False
@@ -155,6 +168,7 @@ class ServerProcess:
                 stdout=self._log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                preexec_fn=_die_with_parent if os.environ.get(DIE_WITH_PARENT_ENV) == "1" else None,
             )
         except OSError as exc:
             self._log.close()

@@ -15,6 +15,7 @@ from pydantic import ValidationError
 
 from servelab.engine.adapter import ArmLaunch
 from servelab.errors import ServelabError
+from servelab.hardware.catalog import NodeLayout, node_layout
 from servelab.experiment.spec import ArgValue, ArmSpec, ExperimentSpec
 from servelab.plan import EngineArgs
 
@@ -158,8 +159,21 @@ def _shared_by_next(spec: ExperimentSpec, arm: ArmSpec) -> bool:
     return key is not None and i + 1 < len(names) and launch_identity(spec, spec.arms[i + 1]) == key
 
 
+def node_layout_of(spec: ExperimentSpec) -> NodeLayout | None:
+    """The spec's `cluster.gpus_per_node` and `node_link` as the simulator's layout (None:
+    not given, every replica inside one node)."""
+    c = spec.cluster
+    return node_layout(c.gpus_per_node, c.node_link) if c.gpus_per_node is not None else None
+
+
 def _launch(spec: ExperimentSpec, arm: ArmSpec) -> ArmLaunch:
     d = spec.engine_defaults
+    extra = flag_tokens(arm.args)
+    if spec.engine == "sim":
+        if spec.sim.time_scale != 1.0:
+            extra += ["--time-scale", repr(spec.sim.time_scale)]
+        if spec.cluster.gpus_per_node is not None:
+            extra += ["--gpus-per-node", str(spec.cluster.gpus_per_node), "--node-link", spec.cluster.node_link]
     return ArmLaunch(
         name=arm.name,
         model=engine_path(spec, arm),
@@ -170,7 +184,7 @@ def _launch(spec: ExperimentSpec, arm: ArmSpec) -> ArmLaunch:
         replicas=arm.replicas,
         gpu_memory_utilization=gpu_memory_utilization(spec, arm),
         load_format=d.load_format,
-        extra_args=flag_tokens(arm.args),
+        extra_args=extra,
         env={**d.env, **arm.env},
         gpus=arm.gpus,
         port_base=arm_ports(spec, arm)[0],

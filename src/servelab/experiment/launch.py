@@ -25,7 +25,8 @@ from servelab.engine.logparse import StartupInfo
 from servelab.engine.process import ReplicaCommand
 from servelab.engine.running import LaunchedEngine, launch
 from servelab.errors import ServelabError
-from servelab.experiment.arms import arm_launch, arm_ports, arm_urls, engine_path, planner_args
+from servelab.experiment.arms import (arm_launch, arm_ports, arm_urls, engine_path, node_layout_of,
+                                      planner_args)
 from servelab.experiment.planning import startup_from_plan
 from servelab.experiment.spec import DIRECT, ArmSpec, ExperimentSpec
 from servelab.experiment.targets import HttpTarget, OfflineSimTarget, Target
@@ -125,11 +126,11 @@ def _offline(spec: ExperimentSpec, arm: ArmSpec) -> ArmRun:
                       quantization=arm.quantization, engine_args=args, replicas=arm.replicas,
                       router_policy="round_robin" if arm.routing == DIRECT else arm.routing,
                       calibration=calibration, profile=profile, speculative=arm.speculative,
-                      async_scheduling=args.async_scheduling)
+                      async_scheduling=args.async_scheduling, nodes=node_layout_of(spec))
     # The engine the cells will build, built once here so a config that cannot start
     # (KV pool smaller than one request) fails the arm the way vLLM would.
     engine = build_engine(opts.model, opts.gpu, opts.quantization, args, opts.resolved_calibration,
-                          opts.async_scheduling, opts.profile, opts.speculative)
+                          opts.async_scheduling, opts.profile, opts.speculative, layout=opts.nodes)
     startup = startup_from_plan(engine.memory)
     return ArmRun(OfflineSimTarget(opts, direct=arm.routing == DIRECT), [startup] * arm.replicas, None)
 

@@ -29,7 +29,7 @@ from servelab.engine.adapter import RunningEngine
 from servelab.experiment.arms import engine_owner, launch_identity
 from servelab.experiment.launch import ArmRun, start_arm
 from servelab.experiment.planning import ArmPlanner
-from servelab.experiment.spec import ArmSpec, ExperimentSpec
+from servelab.experiment.spec import ArmSpec, ClusterSpec, ExperimentSpec
 from servelab.experiment.store import ArmStatus, ExperimentStore
 from servelab.metrics.result import GoodputSLO, RunInfo
 from servelab.metrics.scrape import ServerSeries
@@ -92,7 +92,7 @@ class Orchestrator:
         if self.force or not self.store.manifest_path.exists():
             return
         old = self.store.read_manifest().get("spec")
-        if old != self.spec.model_dump(mode="json"):
+        if not isinstance(old, dict) or resume_identity(old) != resume_identity(self.spec.model_dump(mode="json")):
             raise ServelabError(
                 f"{self.store.root} holds results of a different spec; re-run with --force to "
                 "redo every cell, or choose another --out")
@@ -214,6 +214,13 @@ class Orchestrator:
 
     def _run_cell(self, arm: ArmSpec, cell: Cell, started: ArmRun,
                   startups: tuple[dict[str, Any] | None, ...]) -> None:
+        data = self.measure_cell(arm, cell, started, startups)
+        self.store.write_cell(arm.name, cell.workload, cell.load.key, data)
+        self.echo(cell_line(cell, data))
+
+    def measure_cell(self, arm: ArmSpec, cell: Cell, started: ArmRun,
+                     startups: tuple[dict[str, Any] | None, ...]) -> dict[str, Any]:
+        """Measure one cell on the started arm; the cell file's content (not written)."""
         spec, load = self.spec, cell.load
         wl_spec = spec.workload(cell.workload)
         dataset = wl_spec.dataset(load.num_prompts, spec.model.tokenizer)
@@ -246,9 +253,7 @@ class Orchestrator:
             "extras": m.extras,
             "notes": list(work.notes),
         }
-        self.store.write_cell(arm.name, cell.workload, load.key, data)
-        self.echo(f"  {cell.label}: {result.completed} ok, {result.failed} failed, "
-                  f"{result.output_throughput:.1f} out tok/s, mean TTFT {result.ttft.mean_ms:.1f} ms")
+        return data
 
     def _roofline(self, arm: ArmSpec, servers: list[ServerSeries], requests: list) -> dict[str, Any] | None:
         """The roofline decode step at the batch the engine ran (mean running requests per
@@ -260,6 +265,21 @@ class Orchestrator:
         batch = ServerFigures.of_run(servers).mean_running or 1.0
         context = float(np.mean([r.prompt_len + r.output_len / 2 for r in requests]))
         return planner.decode_step(batch, context)
+
+
+def cell_line(cell: Cell, data: dict[str, Any]) -> str:
+    """The progress line of a finished cell."""
+    r = data["result"]
+    return (f"  {cell.label}: {r['completed']} ok, {r['failed']} failed, "
+            f"{r['output_throughput']:.1f} out tok/s, mean TTFT {r['mean_ttft_ms']:.1f} ms")
+
+
+def resume_identity(spec_dump: dict[str, Any]) -> dict[str, Any]:
+    """What must match for a run to add cells to stored ones: the spec less where it runs
+    (`cluster.ray`: the same experiment may resume here after a start on a cluster); a
+    manifest from before the `cluster` section reads as its default."""
+    cluster = {**ClusterSpec().model_dump(mode="json"), **(spec_dump.get("cluster") or {}), "ray": None}
+    return {**spec_dump, "cluster": cluster}
 
 
 def run_experiment(spec: ExperimentSpec, out_dir: Path, *, force: bool = False,

@@ -224,6 +224,21 @@ class SloSpec(_Section):
     percentile: float = Field(99.0, gt=0, le=100)
 
 
+NodeLinkKind = Literal["infiniband", "roce", "ethernet"]
+
+
+class ClusterSpec(_Section):
+    """Where the arms run. `ray`: a Ray cluster's address (``auto``: the one this machine
+    belongs to; None: everything here, one arm after another, as without this section).
+    `gpus_per_node`: GPUs of one node (default: what the cluster reports; without Ray, 8),
+    which decides when an arm spans nodes; `node_link`: the fabric between nodes, which the
+    simulator prices for pipeline hops (and tensor-parallel all-reduces) that cross it."""
+
+    ray: str | None = None
+    gpus_per_node: int | None = Field(None, ge=1)
+    node_link: NodeLinkKind = "infiniband"
+
+
 class ExperimentSpec(_Section):
     """A whole experiment: arms x workloads x loads on one model and one kind of engine."""
 
@@ -233,6 +248,7 @@ class ExperimentSpec(_Section):
     model: ModelSpec
     engine_defaults: EngineDefaults = EngineDefaults()
     sim: SimSettings = SimSettings()
+    cluster: ClusterSpec = ClusterSpec()
     arms: list[ArmSpec] = Field(min_length=1)
     workloads: list[WorkloadSpec] = Field(min_length=1)
     loads: LoadsSpec

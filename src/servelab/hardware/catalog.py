@@ -152,6 +152,65 @@ _CATALOG: tuple[GPUSpec, ...] = (
 )
 
 
+@dataclass(frozen=True, slots=True)
+class NodeLink:
+    """The fabric between nodes, per GPU: one network port per GPU (as DGX/HGX systems are
+    cabled), `bandwidth_gbs` one direction, and the fixed cost of one transfer over it
+    (NCCL send/receive or all-reduce step; an estimate, as named in `source`)."""
+
+    kind: str
+    bandwidth_gbs: float
+    latency_us: float
+    source: str
+
+    def as_interconnect(self) -> Interconnect:
+        """The link in the intra-node record's terms (bidirectional GB/s, per-call latency)."""
+        return Interconnect("pcie", 0, 2 * self.bandwidth_gbs, self.latency_us)
+
+    def describe(self) -> str:
+        return f"{self.kind} {self.bandwidth_gbs:g} GB/s per GPU"
+
+
+NODE_LINKS: dict[str, NodeLink] = {
+    # NVIDIA ConnectX-7 / Quantum-2: NDR 400 Gb/s per port = 50 GB/s one direction; one port
+    # per GPU on DGX H100/H200. Latency: an estimate for a NCCL call across the fabric.
+    "infiniband": NodeLink("infiniband", 50.0, 8.0, "NVIDIA ConnectX-7 datasheet (NDR 400 Gb/s); latency estimated"),
+    # 400GbE RoCEv2 on the same adapter: the same line rate, more latency (estimate).
+    "roce": NodeLink("roce", 50.0, 15.0, "NVIDIA ConnectX-7 datasheet (400GbE RoCE); latency estimated"),
+    # 100 GbE TCP sockets (NCCL's socket transport): 12.5 GB/s line rate (estimate of latency).
+    "ethernet": NodeLink("ethernet", 12.5, 50.0, "IEEE 802.3 100GbE line rate; latency estimated"),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class NodeLayout:
+    """How a replica's GPUs sit in nodes: `gpus_per_node` per node and the `link` between
+    nodes. vLLM places TP ranks first, then PP stages, so a replica of TP x PP GPUs keeps
+    `stages_per_node` stages in each node and crosses the fabric between those groups."""
+
+    gpus_per_node: int
+    link: NodeLink
+
+    def stages_per_node(self, tp: int) -> int:
+        return max(1, self.gpus_per_node // tp)
+
+    def node_hops(self, tp: int, pp: int) -> int:
+        """Pipeline hops (of the pp - 1) that cross from one node to the next."""
+        return -(-pp // self.stages_per_node(tp)) - 1
+
+    def tp_crosses(self, tp: int) -> bool:
+        """True when one tensor-parallel group spans nodes (all-reduce over the fabric)."""
+        return tp > self.gpus_per_node
+
+
+def node_layout(gpus_per_node: int, link: str) -> NodeLayout:
+    """The layout for `gpus_per_node` GPUs per node joined by `link` (a `NODE_LINKS` key)."""
+    try:
+        return NodeLayout(gpus_per_node, NODE_LINKS[link])
+    except KeyError:
+        raise ServelabError(f"node link {link!r}: choose one of {', '.join(NODE_LINKS)}") from None
+
+
 def list_gpus() -> tuple[GPUSpec, ...]:
     """Every GPU in the catalog."""
     return _CATALOG

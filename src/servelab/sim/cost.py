@@ -55,7 +55,7 @@ from typing import Protocol
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from servelab.errors import ServelabError
-from servelab.hardware.catalog import GPUSpec
+from servelab.hardware.catalog import GPUSpec, NodeLayout
 from servelab.models.geometry import ModelGeometry
 from servelab.plan.args import EngineArgs
 from servelab.storage import read_json, write_atomic
@@ -246,9 +246,10 @@ class OperatorCostModel:
 
     def __init__(self, model: ModelGeometry, gpu: GPUSpec, args: EngineArgs, cal: Calibration,
                  kernels: KernelTimes, spec: SpecCost | None = None,
-                 async_scheduling: bool = True, v1_runner: bool = False) -> None:
+                 async_scheduling: bool = True, v1_runner: bool = False,
+                 layout: NodeLayout | None = None) -> None:
         self.calibration = cal
-        self.ops = OperatorModel(model, gpu, args, kernels)
+        self.ops = OperatorModel(model, gpu, args, kernels, layout)
         self.pp = args.pipeline_parallel_size
         self.spec = spec
         self._scale = cal.gpu_time_scale
@@ -265,6 +266,11 @@ class OperatorCostModel:
         link = gpu.interconnect
         self._hop_s_per_token = model.hidden * 2 / (link.unidirectional_gbs * 1e9)
         self._hop_latency_s = link.allreduce_latency_us * 1e-6
+        # hops between stages on different nodes go over the fabric (`NodeLayout`)
+        self._node_hops = layout.node_hops(args.tensor_parallel_size, self.pp) if layout else 0
+        if layout is not None:
+            self._node_hop_s_per_token = model.hidden * 2 / (layout.link.bandwidth_gbs * 1e9)
+            self._node_hop_latency_s = layout.link.latency_us * 1e-6
 
     @property
     def source(self) -> str:
@@ -319,8 +325,11 @@ class OperatorCostModel:
                                    -(-shape.prefill_tokens // k), shape.prefill_context_tokens // k,
                                    -(-shape.prefill_seqs // k))
             hop = self._hop_latency_s + tokens / k * self._hop_s_per_token
+            hops = (self.pp - 1 - self._node_hops) * hop
+            if self._node_hops:
+                hops += self._node_hops * (self._node_hop_latency_s + tokens / k * self._node_hop_s_per_token)
             ends = self.ops.ends_s(-(-tokens // k), -(-seqs // k)) * self._scale
-            gpu = self.pp * self._stage_s(micro) + ends + (self.pp - 1) * hop
+            gpu = self.pp * self._stage_s(micro) + ends + hops
         gpu_path = gpu + self._step_s + self._seq_s * seqs + self._ptok_s * shape.prefill_tokens
         cpu = self._cpu_step_s + self._cpu_seq_s * seqs
         if not self._async:

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from servelab.errors import ServelabError
+from servelab.hardware.catalog import NodeLayout
 from servelab.sim.blocks import BlockPool, prompt_block_hashes
 from servelab.sim.cost import (
     Calibration,
@@ -287,7 +288,8 @@ class SimEngine:
 def build_engine(model: str, gpu: str, quantization: str | None, args: Any,
                  calibration: Calibration | None, async_scheduling: bool = True,
                  profile: KernelProfile | None = None,
-                 speculative: SpeculativeConfig | None = None, seed: int = 0) -> SimEngine:
+                 speculative: SpeculativeConfig | None = None, seed: int = 0,
+                 layout: NodeLayout | None = None) -> SimEngine:
     """The simulated replica for `model` on `gpu` with vLLM `EngineArgs` `args`.
 
     KV pool and limits come from the planner (`plan_memory`), so they equal what
@@ -295,7 +297,8 @@ def build_engine(model: str, gpu: str, quantization: str | None, args: Any,
     `profile` (None: the shipped one, else the datasheet) and `calibration` (None: the
     shipped residual for the GPU class). `speculative` adds speculative decoding with its
     per-position acceptance (required) and vLLM's rule on asynchronous scheduling
-    (kept only for EAGLE-type methods).
+    (kept only for EAGLE-type methods). `layout` places a replica's GPUs in nodes (None:
+    one node), so pipeline hops and TP all-reduces that cross nodes go over the fabric.
     """
     from servelab.hardware.catalog import get_gpu
     from servelab.models import load_model
@@ -319,7 +322,8 @@ def build_engine(model: str, gpu: str, quantization: str | None, args: Any,
         spec_cost = SpecCost(speculative.num_speculative_tokens, drafter,
                              drafter_graphs=speculative.drafter_on_graphs)
     v1 = uses_v1_model_runner(geometry, speculative.method if speculative is not None else None)
-    cost = OperatorCostModel(geometry, spec, args, cal, kernels, spec_cost, async_scheduling, v1)
+    cost = OperatorCostModel(geometry, spec, args, cal, kernels, spec_cost, async_scheduling, v1,
+                             layout)
     config = SimConfig(
         num_gpu_blocks=mem.all_layer_blocks, block_size=mem.block_size,
         max_num_seqs=mem.max_num_seqs, max_num_batched_tokens=mem.max_num_batched_tokens,

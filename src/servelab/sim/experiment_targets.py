@@ -54,7 +54,7 @@ def arm_options(spec: Any, arm: Any, override: tuple[str, str | None] | None,
                 async_scheduling: bool) -> SimOptions:
     """The simulated deployment of `arm` (as `servelab run` builds it for `engine: sim`);
     engine args the planner does not model are left out (they reached the real engine)."""
-    from servelab.experiment.arms import planner_args
+    from servelab.experiment.arms import node_layout_of, planner_args
     from servelab.experiment.spec import DIRECT
 
     if spec.hardware.gpu is None:
@@ -72,7 +72,7 @@ def arm_options(spec: Any, arm: Any, override: tuple[str, str | None] | None,
                       # (`Target.direct`); the policy is then unused.
                       router_policy="round_robin" if arm.routing == DIRECT else arm.routing,
                       async_scheduling=async_scheduling and args.async_scheduling,
-                      speculative=arm.speculative)
+                      speculative=arm.speculative, nodes=node_layout_of(spec))
 
 
 def measured_speculation(spec: SpeculativeConfig, result: dict[str, Any],

@@ -41,7 +41,7 @@ import math
 from bisect import bisect_left
 from dataclasses import dataclass
 
-from servelab.hardware.catalog import GPUSpec
+from servelab.hardware.catalog import GPUSpec, NodeLayout
 from servelab.models.costs import kv_bytes_per_layer_token
 from servelab.models.geometry import ModelGeometry
 from servelab.plan.args import EngineArgs, cudagraph_capture_sizes, resolve_limits
@@ -77,10 +77,13 @@ class OperatorModel:
     """Per-kernel step pricing of one model on one GPU under `args` (see the module doc)."""
 
     def __init__(self, model: ModelGeometry, gpu: GPUSpec, args: EngineArgs,
-                 kernels: KernelTimes) -> None:
+                 kernels: KernelTimes, layout: NodeLayout | None = None) -> None:
         self.model, self.gpu, self.kernels = model, gpu, kernels
         tp, pp = args.tensor_parallel_size, args.pipeline_parallel_size
         self.tp, self.pp = tp, pp
+        # A TP group wider than a node all-reduces over the fabric between nodes.
+        crosses = layout is not None and layout.tp_crosses(tp)
+        self.tp_link = layout.link.as_interconnect() if crosses and layout else gpu.interconnect
         self.family = kernel_family(model.weight_format, gpu.compute_capability)
         stage = math.ceil(model.layers / pp)
         self.stage_frac = stage / model.layers
@@ -168,7 +171,7 @@ class OperatorModel:
         layer += k.elementwise_s(2 * act * M * qk) * (2 if m.qk_norm else 1)  # q/k norm, rotary
         layer += k.elementwise_s(2.0 * M * self.kv_layer_bytes)           # KV cache write
         if self.tp > 1:
-            link = self.gpu.interconnect
+            link = self.tp_link
             wire = M * h * act * 2 * (self.tp - 1) / self.tp / (link.unidirectional_gbs * 1e9)
             layer += ALLREDUCES_PER_LAYER * (wire + link.allreduce_latency_us * 1e-6)
         total = layer * self.stage_layers

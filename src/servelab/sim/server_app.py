@@ -91,7 +91,7 @@ def run_server(opts: SimOptions, serve: ServeOptions, non_default_args: dict[str
     log = VllmLog(lambda line: print(line, flush=True), os.getpid())
     t0 = time.monotonic()
     engine = build_engine(opts.model, opts.gpu, opts.quantization, opts.engine_args, opts.calibration,
-                          opts.async_scheduling, opts.profile, opts.speculative)
+                          opts.async_scheduling, opts.profile, opts.speculative, layout=opts.nodes)
     load_s = time.monotonic() - t0
     tokenizer = load_tokenizer(serve.tokenizer)
     log_startup(log, startup_facts(opts, engine, serve.served_model_name, load_s, non_default_args))

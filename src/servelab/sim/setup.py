@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from servelab.hardware.catalog import NodeLayout
 from servelab.sim.cluster import Cluster, NetworkCosts
 from servelab.sim.cost import Calibration, default_calibration
 from servelab.sim.engine import SimEngine, build_engine
@@ -42,6 +43,7 @@ class SimOptions:
     async_scheduling: bool = True  # vLLM's --async-scheduling (on by default since V1)
     profile: KernelProfile | None = None  # None: the GPU's shipped profile, else its datasheet
     speculative: SpeculativeConfig | None = None  # with its per-position acceptance
+    nodes: NodeLayout | None = None  # None: a replica's GPUs share one node
 
     @property
     def resolved_calibration(self) -> Calibration:
@@ -56,7 +58,7 @@ def build_cluster(opts: SimOptions, rng: random.Random) -> Cluster:
         raise ValueError("replicas must be >= 1")
     cal = opts.resolved_calibration
     first = build_engine(opts.model, opts.gpu, opts.quantization, opts.engine_args, cal,
-                         opts.async_scheduling, opts.profile, opts.speculative)
+                         opts.async_scheduling, opts.profile, opts.speculative, layout=opts.nodes)
     # Each replica draws acceptance from its own stream.
     engines = [first] + [SimEngine(dataclasses.replace(first.config, seed=r), first.cost)
                          for r in range(1, opts.replicas)]

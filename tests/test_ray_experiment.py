@@ -1,0 +1,202 @@
+"""Experiments on a real local Ray cluster (`ray.cluster_utils.Cluster`: a head without GPUs
+and three nodes with two fake GPUs each), started and stopped here: `servelab run --ray`
+gives the cells a local run gives, arms run on different nodes, a pipeline arm is placed
+across two nodes, an unplaceable arm is refused with what it asked for, `servelab probe
+--ray` lists the nodes, and a node removed mid-run loses no cell and duplicates none."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from servelab.experiment.store import ExperimentStore
+from servelab.testing.ports import free_port_base
+
+pytestmark = pytest.mark.slow
+
+NODES, GPUS_PER_NODE = 3, 2
+
+
+def _need_ray() -> None:
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        if os.environ.get("SERVELAB_REQUIRE_RAY") == "1":
+            pytest.fail("SERVELAB_REQUIRE_RAY=1 but Ray is not installed: pip install -e '.[ray]'",
+                        pytrace=False)
+        pytest.skip("Ray is not installed (servelab[ray])")
+
+
+class LocalCluster:
+    """The test's Ray cluster: `address` for --ray, `nodes` the GPU nodes by node id."""
+
+    def __init__(self) -> None:
+        from ray.cluster_utils import Cluster
+
+        self.cluster = Cluster(initialize_head=True, head_node_args={
+            "num_cpus": 2, "num_gpus": 0})
+        self.nodes = {}
+        for _ in range(NODES):
+            node = self.cluster.add_node(num_cpus=2, num_gpus=GPUS_PER_NODE)
+            self.nodes[node.node_id] = node
+        self.cluster.wait_for_nodes()
+        self.address = self.cluster.address
+
+    def remove(self, node_id: str) -> None:
+        self.cluster.remove_node(self.nodes.pop(node_id))
+
+    def shutdown(self) -> None:
+        self.cluster.shutdown()
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[LocalCluster]:
+    _need_ray()
+    c = LocalCluster()
+    try:
+        yield c
+    finally:
+        c.shutdown()
+
+
+SIX_ARMS = """\
+name: six
+engine: sim
+sim: {mode: MODE, time_scale: 20}
+hardware: {gpu: H200}
+model: Qwen/Qwen3-0.6B
+engine_defaults: {port_base: PORT, startup_timeout_s: 60}
+arms:
+  - {name: tp2-a, tensor_parallel_size: 2, baseline: true}
+  - {name: tp2-b, tensor_parallel_size: 2, args: {max_num_seqs: 4}}
+  - {name: tp2-c, tensor_parallel_size: 2, args: {max_num_seqs: 2}}
+  - {name: pp2-a, pipeline_parallel_size: 2}
+  - {name: pp2-b, pipeline_parallel_size: 2, args: {max_num_seqs: 4}}
+  - {name: two, replicas: 2}
+workloads:
+  - {name: rnd, dataset_name: random, random_input_len: 48, random_output_len: 12}
+loads:
+  concurrency: [2, 4]
+  num_prompts: 12
+seed: 5
+"""
+
+
+def _run(spec: Path, out: Path, address: str | None, *extra: str) -> subprocess.CompletedProcess:
+    argv = [sys.executable, "-m", "servelab", "run", str(spec), "--out", str(out), "--no-report", *extra]
+    if address is not None:
+        argv += ["--ray", address]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=600)
+
+
+def _figures(store: ExperimentStore) -> dict[str, dict]:
+    """Each cell's result less the wall-clock date of the run."""
+    out = {}
+    for path in store.cell_files():
+        data = json.loads(path.read_text())
+        out[str(path.relative_to(store.root))] = {k: v for k, v in data["result"].items() if k != "date"}
+    return out
+
+
+def test_offline_arms_on_ray_give_the_cells_of_a_local_run(cluster: LocalCluster, tmp_path: Path) -> None:
+    spec = tmp_path / "six.yaml"
+    spec.write_text(SIX_ARMS.replace("MODE", "offline").replace("PORT", "8100"))
+    local = _run(spec, tmp_path / "local", None)
+    assert local.returncode == 0, local.stderr
+    on_ray = _run(spec, tmp_path / "ray", cluster.address)
+    assert on_ray.returncode == 0, on_ray.stderr
+    a, b = ExperimentStore(tmp_path / "local"), ExperimentStore(tmp_path / "ray")
+    fa, fb = _figures(a), _figures(b)
+    assert len(fa) == 12 and fa == fb
+    for path in b.cell_files():
+        placement = json.loads(path.read_text())["placement"]
+        assert placement["attempt"] == 1 and len(placement["node_ids"]) == 1
+        assert placement["node_ids"][0] in cluster.nodes
+
+
+def test_online_arms_run_on_every_node_and_a_pipeline_spans_two(cluster: LocalCluster, tmp_path: Path) -> None:
+    spec = tmp_path / "six.yaml"
+    text = SIX_ARMS.replace("MODE", "online").replace("PORT", str(free_port_base(20)))
+    text = text.replace("arms:\n", "cluster: {gpus_per_node: 2}\narms:\n  - {name: pp4, pipeline_parallel_size: 4}\n"
+                        "  - {name: pp8, pipeline_parallel_size: 8}\n", 1)
+    spec.write_text(text)
+    run = _run(spec, tmp_path / "out", cluster.address)
+    assert run.returncode == 0, run.stderr
+    store = ExperimentStore(tmp_path / "out")
+    nodes_of: dict[str, set[str]] = {}
+    for path in store.cell_files():
+        data = json.loads(path.read_text())
+        arm = path.parent.parent.name
+        nodes_of.setdefault(arm, set()).update(data["placement"]["node_ids"])
+        assert data["result"]["completed"] == 12
+    # every two-GPU arm fills one whole node; three run at once, so all three nodes serve
+    assert set().union(*nodes_of.values()) == set(cluster.nodes)
+    assert len(nodes_of["pp4"]) == 2  # two bundles of two GPUs, STRICT_SPREAD
+    assert "pp8" not in nodes_of  # refused, and said so
+    status = store.read_arm_status("pp8")
+    assert status is not None and status.state == "failed"
+    assert status.reason == ("cannot be placed: arm pp8 asks for 8 GPUs: 4 bundles of 2/2/2/2 GPUs on "
+                             "separate nodes; the cluster's nodes have 2, 2, 2, 0 GPUs")
+    assert "arm pp8: FAILED: cannot be placed" in run.stderr
+    for arm in ("tp2-a", "tp2-b", "tp2-c", "pp2-a", "pp2-b", "two", "pp4"):
+        assert store.read_arm_status(arm).state == "done"
+
+
+def test_probe_lists_every_node_with_its_resources(cluster: LocalCluster) -> None:
+    run = subprocess.run([sys.executable, "-m", "servelab", "probe", "--ray", cluster.address, "--json"],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    nodes = json.loads(run.stdout)
+    gpus = sorted(n["ray_gpus"] for n in nodes)
+    assert gpus == [0.0] + [float(GPUS_PER_NODE)] * len(cluster.nodes)
+    assert {n["node_id"] for n in nodes} >= set(cluster.nodes)
+    assert all(n["probe"]["source"] == "none" for n in nodes)  # this machine has no GPU
+
+
+def test_a_node_lost_mid_run_loses_and_duplicates_no_cell(cluster: LocalCluster, tmp_path: Path) -> None:
+    """Runs last: it removes a node. The lost arm's finished cells stay, the rest are
+    measured after a second placement on a node still there."""
+    spec = tmp_path / "lost.yaml"
+    text = SIX_ARMS.replace("MODE", "online").replace("PORT", str(free_port_base(20)))
+    text = text.replace("concurrency: [2, 4]", "concurrency: [1, 2, 3, 4]").replace("time_scale: 20", "time_scale: 2")
+    spec.write_text(text)
+    out = tmp_path / "out"
+    argv = [sys.executable, "-m", "servelab", "run", str(spec), "--out", str(out), "--no-report",
+            "--ray", cluster.address, "--arm", "tp2-a", "--arm", "tp2-b"]
+    log = (tmp_path / "run.log").open("w")
+    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        store = ExperimentStore(out)
+        first = None
+        while first is None and proc.poll() is None:
+            files = store.cell_files()
+            first = next(iter(files), None)
+            time.sleep(0.05)
+        assert first is not None, (tmp_path / "run.log").read_text()
+        victim_arm = first.parent.parent.name
+        victim = json.loads(first.read_text())["placement"]["node_ids"][0]
+        cluster.remove(victim)
+        assert proc.wait(timeout=300) == 0, (tmp_path / "run.log").read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        log.close()
+    text_log = (tmp_path / "run.log").read_text()
+    assert f"arm {victim_arm}: its actor was lost" in text_log
+    cells = {p.relative_to(out).as_posix() for p in store.cell_files()}
+    assert cells == {f"cells/{a}/rnd/c{c}.json" for a in ("tp2-a", "tp2-b") for c in (1, 2, 3, 4)}
+    stored_lines = [line for line in text_log.splitlines() if line.startswith("  tp2-")]
+    assert len(stored_lines) == 8  # each cell written once
+    attempts = {json.loads((out / c).read_text())["placement"]["attempt"]
+                for c in cells if f"/{victim_arm}/" in c}
+    assert attempts == {1, 2}
+    later = [json.loads((out / c).read_text())["placement"] for c in cells if f"/{victim_arm}/" in c]
+    assert all(victim not in p["node_ids"] for p in later if p["attempt"] == 2)
+    assert store.read_arm_status(victim_arm).state == "done"
