@@ -160,6 +160,31 @@ def test_probe_lists_every_node_with_its_resources(cluster: LocalCluster) -> Non
     assert all(n["probe"]["source"] == "none" for n in nodes)  # this machine has no GPU
 
 
+def _tune(out: Path, *extra: str) -> tuple[dict, list[str], str]:
+    args = [sys.executable, "-m", "servelab", "tune", "--sim", "--model", "Qwen/Qwen3-14B", "--gpu", "L40S",
+            "--dataset-name", "random", "--random-input-len", "128", "--random-output-len", "16",
+            "--seed", "1", "--param", "max_num_seqs=4,8,16,32", "--param", "max_num_batched_tokens=512,2048",
+            "--slo", "ttft:2000", "--slo", "tpot:80", "--out", str(out), "--max-level", "32",
+            "--max-trials", "6", "--prompts-per-concurrency", "2", "--min-prompts", "16",
+            "--max-prompts", "64", "--json", *extra]
+    p = subprocess.run(args, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr
+    trials = [line.split(":", 1)[1] for line in p.stderr.splitlines() if line.startswith("trial ")]
+    return json.loads(p.stdout), trials, p.stderr
+
+
+def test_tune_trials_on_ray_follow_the_sequential_path(cluster: LocalCluster, tmp_path: Path) -> None:
+    """Batches of trials as Ray tasks: the same trials in the same order, the same best."""
+    alone, path_alone, log_alone = _tune(tmp_path / "alone")
+    on_ray, path_ray, log_ray = _tune(tmp_path / "ray", "--ray", cluster.address)
+    assert "trials at once" in log_ray and "trials at once" not in log_alone
+    assert path_ray == path_alone and len(path_alone) == alone["trials_spent"] >= 3
+    assert on_ray["best"] == alone["best"] and on_ray["trials_spent"] == alone["trials_spent"]
+    # the prefetched points the search did not reach are stored too, for a later run
+    stored = len(list((tmp_path / "ray" / "trials").glob("*.json")))
+    assert stored >= len(list((tmp_path / "alone" / "trials").glob("*.json")))
+
+
 def test_a_node_lost_mid_run_loses_and_duplicates_no_cell(cluster: LocalCluster, tmp_path: Path) -> None:
     """Runs last: it removes a node. The lost arm's finished cells stay, the rest are
     measured after a second placement on a node still there."""

@@ -58,6 +58,7 @@ def tune_cmd(
     max_prompts: int = typer.Option(1000, "--max-prompts", help="Most requests per level."),
     repetitions: int = typer.Option(1, "--repetitions", help="Runs per level."),
     as_json: bool = typer.Option(False, "--json", help="Print the outcome JSON on stdout."),
+    ray: Optional[str] = typer.Option(None, "--ray", metavar="ADDRESS", help="Run trials as tasks on this Ray cluster, as many at once as it has GPUs for (CPUs for --sim); the same search path and outcome as without. Needs servelab[ray]."),
 ) -> None:
     """Search engine arguments for the best goodput at the SLO capacity, in fewer trials than the grid."""
     # imported when the command runs: the sweep package pulls in the simulator and
@@ -75,7 +76,13 @@ def tune_cmd(
         repetitions=repetitions, sim=engine.options() if sim else None, spec=spec, arm=arm,
         workload=workload)
     err = make_console(stderr=True)
-    run = run_tune(req, echo=lambda line: err.print(line, highlight=False, markup=False))
+    runner = None
+    if ray is not None:
+        from servelab.distributed.raytrials import RayTrialRunner
+
+        req.check()
+        runner = RayTrialRunner(ray, req.gpus_per_trial())
+    run = run_tune(req, echo=lambda line: err.print(line, highlight=False, markup=False), runner=runner)
     _render(run, objective, out, make_console(stderr=as_json))
     if as_json:
         sys.stdout.write(json.dumps(run.summary) + "\n")

@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import ValidationError
 
@@ -43,7 +43,7 @@ from servelab.sweep.runner import Echo, SweepConfig, WorkloadCache, run_sweep
 from servelab.sweep.slo import Slo
 from servelab.sweep.space import Space, Value, parse_space
 from servelab.sweep.targets import OpenTarget, arm_of, open_arm, open_sim, spec_dataset
-from servelab.sweep.trials import ParetoPoint, Trial, TrialStore
+from servelab.sweep.trials import ParetoPoint, Trial, TrialStore, trial_key
 from servelab.workload.datasets import DatasetOptions
 
 Opener = Callable[[dict[str, Value]], OpenTarget]
@@ -62,14 +62,80 @@ class TuneConfig:
         return self.max_trials if self.max_trials is not None else max(1, self.space.size // 4)
 
 
-class Evaluator:
-    """Runs (or reads back) trials and counts what was spent."""
+class TrialRunner(Protocol):
+    """Runs a batch of trials at once (`width` of them in parallel), e.g. as Ray tasks on a
+    cluster (`servelab.distributed.raytrials`); each trial as `run_trial` runs it."""
 
-    def __init__(self, cfg: TuneConfig, opener: Opener, store: TrialStore, echo: Echo) -> None:
+    width: int
+
+    def run_batch(self, cfg: TuneConfig, opener: Opener, points: list[dict[str, Value]]) -> list[Trial]:
+        """The trials of `points`, in order."""
+        ...
+
+
+def run_trial(cfg: TuneConfig, opener: Opener, params: dict[str, Value],
+              cache: WorkloadCache | None = None, echo: Echo = lambda _l: None) -> Trial:
+    """One trial: open the target with `params`, sweep it for the SLO capacity, close it."""
+    try:
+        ot = opener(params)
+    except ServelabError as exc:
+        return _infeasible(params, str(exc))
+    try:
+        o = run_sweep(ot, cfg.sweep, None, cache=cache if cache is not None else WorkloadCache())
+    except ServelabError as exc:
+        return _infeasible(params, f"failed during the sweep: {exc}")
+    finally:
+        try:
+            ot.close()
+        except ServelabError as exc:
+            echo(f"  (stopping the engine: {exc})")
+    cap = o.capacity
+    points = []
+    for lv in o.levels.values():
+        tpot = lv.mean_ms("tpot")
+        if tpot > 0 and not lv.saturated:
+            points.append(ParetoPoint(1000.0 / tpot, lv.throughput / ot.planner.gpus, lv.level,
+                                      bool(lv.meets_slo)))
+    if cap is None or cap.level is None:
+        return Trial(params, "ok", 0.0, cap.message if cap else "no SLO", None, None, None,
+                     len(o.levels), tuple(points))
+    value = cap.request_goodput_rps if cfg.objective == "goodput" else cap.output_tok_s
+    return Trial(params, "ok", float(value or 0.0), cap.message, cap.level, cap.output_tok_s,
+                 cap.request_goodput_rps, len(o.levels), tuple(points))
+
+
+class Evaluator:
+    """Runs (or reads back) trials and counts what was spent.
+
+    With a parallel `runner`, the search `prefetch`es the points it may visit next (an axis's
+    line, the grid) as one batch; it then consumes them in its sequential order, so the path,
+    the best trial and the budget are those of a sequential run (points prefetched but never
+    reached are stored for a later run and not counted)."""
+
+    def __init__(self, cfg: TuneConfig, opener: Opener, store: TrialStore, echo: Echo,
+                 runner: TrialRunner | None = None) -> None:
         self.cfg, self.opener, self.store, self.echo = cfg, opener, store, echo
+        self.runner = runner
         self.cache = WorkloadCache()
         self.spent: list[Trial] = []  # in order, including ones read back
         self.reused = 0
+        self._prefetched: set[str] = set()
+
+    def prefetch(self, points: list[dict[str, Value]]) -> None:
+        """Run, as one parallel batch, the first points (up to the budget left) that are
+        neither spent nor stored; nothing without a parallel runner."""
+        if self.runner is None or self.runner.width <= 1:
+            return
+        todo: list[dict[str, Value]] = []
+        for p in points[: max(0, self.budget_left)]:
+            if self.store.get(p) is None and all(t.params != p for t in self.spent) and p not in todo:
+                todo.append(p)
+        if len(todo) < 2:
+            return
+        self.echo(f"running {len(todo)} trials at once ({self.runner.width} at a time)")
+        for trial in self.runner.run_batch(self.cfg, self.opener, todo):
+            self.store.put(trial)
+            self._prefetched.add(trial_key(trial.params))
 
     def __call__(self, params: dict[str, Value]) -> Trial:
         for t in self.spent:
@@ -77,9 +143,10 @@ class Evaluator:
                 return t
         trial = self.store.get(params)
         if trial is not None:
-            self.reused += 1
+            if trial_key(params) not in self._prefetched:
+                self.reused += 1
         else:
-            trial = self._run(params)
+            trial = run_trial(self.cfg, self.opener, params, self.cache, self.echo)
             self.store.put(trial)
         self.spent.append(trial)
         shown = ", ".join(f"{k}={v}" for k, v in params.items()) or "engine defaults"
@@ -87,34 +154,6 @@ class Evaluator:
                 if trial.status == "ok" else f"INFEASIBLE: {trial.reason}")
         self.echo(f"trial {len(self.spent):>3}: {shown}: {what}")
         return trial
-
-    def _run(self, params: dict[str, Value]) -> Trial:
-        try:
-            ot = self.opener(params)
-        except ServelabError as exc:
-            return _infeasible(params, str(exc))
-        try:
-            o = run_sweep(ot, self.cfg.sweep, None, cache=self.cache)
-        except ServelabError as exc:
-            return _infeasible(params, f"failed during the sweep: {exc}")
-        finally:
-            try:
-                ot.close()
-            except ServelabError as exc:
-                self.echo(f"  (stopping the engine: {exc})")
-        cap = o.capacity
-        points = []
-        for lv in o.levels.values():
-            tpot = lv.mean_ms("tpot")
-            if tpot > 0 and not lv.saturated:
-                points.append(ParetoPoint(1000.0 / tpot, lv.throughput / ot.planner.gpus, lv.level,
-                                          bool(lv.meets_slo)))
-        if cap is None or cap.level is None:
-            return Trial(params, "ok", 0.0, cap.message if cap else "no SLO", None, None, None,
-                         len(o.levels), tuple(points))
-        value = cap.request_goodput_rps if self.cfg.objective == "goodput" else cap.output_tok_s
-        return Trial(params, "ok", float(value or 0.0), cap.message, cap.level, cap.output_tok_s,
-                     cap.request_goodput_rps, len(o.levels), tuple(points))
 
     @property
     def budget_left(self) -> int:
@@ -141,6 +180,9 @@ def coordinate_descent(ev: Evaluator, start: dict[str, Value]) -> Trial:
             vals = space.values(name)
             i0 = vals.index(best.params[name])
             axis_best = best
+            # the line search below visits these in this order (up, then down), at most
+            ev.prefetch([{**best.params, name: vals[j]}
+                         for j in [*range(i0 + 1, len(vals)), *range(i0 - 1, -1, -1)]])
             for direction in (+1, -1):
                 prev = best
                 j = i0 + direction
@@ -163,7 +205,9 @@ def coordinate_descent(ev: Evaluator, start: dict[str, Value]) -> Trial:
 def exhaustive(ev: Evaluator) -> Trial:
     """Every grid point (for checking a search against the grid's best)."""
     best = None
-    for p in ev.cfg.space.grid():
+    grid = list(ev.cfg.space.grid())
+    ev.prefetch(grid)
+    for p in grid:
         t = ev(p)
         if best is None or _score(t) > _score(best):
             best = t
@@ -187,13 +231,15 @@ class TuneOutcome:
 
 
 def tune(cfg: TuneConfig, opener: Opener, store: TrialStore, defaults: dict[str, Value | None],
-         echo: Echo = lambda _l: None, grid: bool = False) -> TuneOutcome:
+         echo: Echo = lambda _l: None, grid: bool = False,
+         runner: TrialRunner | None = None) -> TuneOutcome:
     """Run the search (or, with `grid`, every point); `defaults` are the engine's resolved
     default values of the axes (None where unknown). The defaults' own trial (no params
-    set) is the baseline; it is the start point's trial when the defaults lie on the grid."""
+    set) is the baseline; it is the start point's trial when the defaults lie on the grid.
+    `runner` runs batches of trials in parallel (same path and outcome; see `Evaluator`)."""
     if grid:
         cfg = TuneConfig(cfg.space, cfg.sweep, cfg.objective, max_trials=cfg.space.size + 1)
-    ev = Evaluator(cfg, opener, store, echo)
+    ev = Evaluator(cfg, opener, store, echo, runner)
     start = cfg.space.nearest(defaults)
     on_grid = all(defaults.get(n) == start[n] for n in cfg.space.names)
     base = ev(start if on_grid else {})  # the baseline, inside the budget
@@ -259,6 +305,17 @@ class TuneRequest:
             raise ServelabError(f"--max-trials {self.max_trials}: must be >= 1")
         check_writable_dir(self.out, "--out")
 
+    def gpus_per_trial(self) -> int:
+        """GPUs one trial's engine needs: the arm's TP x PP (0 for the offline simulator)."""
+        if self.sim is not None:
+            return 0
+        assert self.spec is not None
+        arm = arm_of(spec_dataset(self.spec, self.workload)[1], self.arm)
+        if arm.replicas > 1:
+            raise ServelabError(f"--ray: arm {arm.name} has {arm.replicas} replicas; tune a one-replica "
+                                "arm on a cluster (replicas scale its capacity, not its arguments)")
+        return arm.tensor_parallel_size * arm.pipeline_parallel_size
+
 
 @dataclass(frozen=True, slots=True)
 class TuneRun:
@@ -294,10 +351,11 @@ def _target(req: TuneRequest) -> tuple[Opener, dict[str, Value | None], Space, D
             {"target": "spec", "spec": str(spec_path), "arm": arm_spec.name})
 
 
-def run_tune(req: TuneRequest, echo: Echo = lambda _l: None) -> TuneRun:
+def run_tune(req: TuneRequest, echo: Echo = lambda _l: None,
+             runner: TrialRunner | None = None) -> TuneRun:
     """Run (or resume from `req.out`'s trials) the search of `req`; writes the trials,
     tune.json and pareto.png (every measured level of every trial, the front and the best
-    point) into `req.out`."""
+    point) into `req.out`. `runner` runs trial batches in parallel (a Ray cluster)."""
     req.check()
     opener, defaults, space, dataset, settings = _target(req)
     slo = req.slo
@@ -315,7 +373,7 @@ def run_tune(req: TuneRequest, echo: Echo = lambda _l: None) -> TuneRun:
     budget = space.size if req.grid else cfg.budget
     echo(f"tuning {', '.join(space.names)} over a grid of {space.size} under {slo.describe()} "
          f"(budget {budget} trials, seed {req.seed})")
-    res = tune(cfg, opener, store, defaults, echo=echo, grid=req.grid)
+    res = tune(cfg, opener, store, defaults, echo=echo, grid=req.grid, runner=runner)
     points = [(p.per_user_tok_s, p.tok_s_per_gpu, str(t.params), p.meets_slo)
               for t in res.trials for p in t.points]
     best_pt = None
