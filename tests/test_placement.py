@@ -83,6 +83,12 @@ def test_a_vllm_arm_across_nodes_runs_alone_on_its_ray_executor() -> None:
                                                               _spec("vllm", pipeline_parallel_size=8).arms[0], 2), NODES) or "")
 
 
+def test_a_vllm_arm_on_its_ray_executor_inside_one_node_also_runs_alone() -> None:
+    spec = _spec("vllm", args={"distributed_executor_backend": "ray"})
+    d = demand_of(spec, spec.arms[0], 2)
+    assert (d.exclusive, d.gpus, d.ray_bundles()) == (True, 1, [{"CPU": 1.0}])
+
+
 def test_gpus_per_node_defaults_to_the_largest_live_node() -> None:
     assert gpus_per_node(_spec(per_node=None), NODES + [NodeResources("gone", "x", 8, alive=False)]) == 2
     assert gpus_per_node(_spec(per_node=8), NODES) == 8

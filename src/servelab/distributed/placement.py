@@ -9,7 +9,7 @@ local processes), so an arm is one of three shapes:
   ``stages_per_node x TP`` GPUs (TP inside a node, PP across nodes, as vLLM places ranks),
   ``STRICT_SPREAD``, the actor on the first; the simulator prices the hops between them
   over the spec's `cluster.node_link`;
-- **spans nodes, vLLM**: vLLM's Ray executor (``--distributed-executor-backend ray``) makes
+- **spans nodes, vLLM** (or any vLLM arm with ``distributed_executor_backend: ray``): vLLM's Ray executor (``--distributed-executor-backend ray``) makes
   its own placement group for its workers, so the actor holds one CPU only and the arm runs
   `exclusive`: no other arm is placed while it runs (servelab cannot reserve GPUs that vLLM
   then takes).
@@ -89,6 +89,9 @@ def demand_of(spec: ExperimentSpec, arm: ArmSpec, per_node: int) -> ArmDemand:
     tp, pp = arm.tensor_parallel_size, arm.pipeline_parallel_size
     replica = tp * pp
     total = replica * arm.replicas
+    if spec.engine == "vllm" and arm.args.get("distributed_executor_backend") == "ray":
+        # vLLM's Ray executor reserves its workers' GPUs itself, also within one node
+        return ArmDemand(arm.name, (0,), "PACK", exclusive=True, gpus=total)
     if total <= per_node:
         return ArmDemand(arm.name, (total,), "STRICT_PACK", gpus=total)
     if arm.replicas > 1:
