@@ -105,6 +105,21 @@ def _figures(store: ExperimentStore) -> dict[str, dict]:
     return out
 
 
+def test_an_address_nothing_answers_on_is_refused_at_once(tmp_path: Path) -> None:
+    _need_ray()
+    port = free_port_base(1)
+    probe = subprocess.run([sys.executable, "-m", "servelab", "probe", "--ray", f"127.0.0.1:{port}"],
+                           capture_output=True, text=True, timeout=120)
+    assert probe.returncode == 2
+    assert f"error: --ray 127.0.0.1:{port}: no Ray head answers there (Connection refused)" in probe.stderr
+    spec = tmp_path / "six.yaml"
+    spec.write_text(SIX_ARMS.replace("MODE", "offline").replace("PORT", "8100"))
+    run = _run(spec, tmp_path / "out", "head-without-port")
+    assert run.returncode == 2
+    assert "error: --ray head-without-port: give HOST:PORT of the cluster's head (or auto)" in run.stderr
+    assert not (tmp_path / "out" / "manifest.json").exists()
+
+
 def test_offline_arms_on_ray_give_the_cells_of_a_local_run(cluster: LocalCluster, tmp_path: Path) -> None:
     spec = tmp_path / "six.yaml"
     spec.write_text(SIX_ARMS.replace("MODE", "offline").replace("PORT", "8100"))

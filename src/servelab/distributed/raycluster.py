@@ -7,6 +7,7 @@ Every node must have servelab installed (the same version: arms are pickled to i
 
 from __future__ import annotations
 
+import socket
 from types import ModuleType
 from typing import Any
 
@@ -15,6 +16,8 @@ from pydantic import BaseModel, ConfigDict
 from servelab.distributed.placement import NodeResources
 from servelab.errors import ServelabError
 from servelab.hardware.probe import ProbeResult, probe
+
+CONNECT_TIMEOUT_S = 5.0
 
 
 def ray_module() -> ModuleType:
@@ -32,12 +35,28 @@ def connect(address: str) -> ModuleType:
     ray = ray_module()
     if ray.is_initialized():
         return ray
+    _check_reachable(address)
     try:
         ray.init(address=address, logging_level="ERROR", log_to_driver=False,
                  include_dashboard=False)
     except (ConnectionError, RuntimeError, ValueError) as exc:
         raise ServelabError(f"--ray {address}: cannot connect to a Ray cluster ({exc})") from None
     return ray
+
+
+def _check_reachable(address: str) -> None:
+    """Refuse a HOST:PORT that nothing answers on within a few seconds: Ray itself would
+    retry for minutes before saying so."""
+    if address == "auto":
+        return
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not port.isdigit():
+        raise ServelabError(f"--ray {address}: give HOST:PORT of the cluster's head (or auto)")
+    try:
+        socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT_S).close()
+    except OSError as exc:
+        raise ServelabError(f"--ray {address}: no Ray head answers there "
+                            f"({exc.strerror or exc})") from None
 
 
 def cluster_nodes(ray: ModuleType) -> list[NodeResources]:

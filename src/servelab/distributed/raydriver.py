@@ -159,8 +159,8 @@ class RayExperiment:
         """Measure every selected cell not yet stored, arms in parallel where GPUs allow."""
         self.local.check_resumable()
         self.local.check_inputs()
+        ray = connect(self.address)  # a cluster that does not answer stops the run before any write
         self.store.write_manifest(self.local.manifest())
-        ray = connect(self.address)
         nodes = cluster_nodes(ray)
         per_node = gpus_per_node(self.spec, nodes)
         waiting: list[_Placed] = []
