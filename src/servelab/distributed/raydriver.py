@@ -35,7 +35,7 @@ from servelab.distributed.placement import ArmDemand, demand_of, gpus_per_node, 
 from servelab.distributed.raycluster import cluster_nodes, connect
 from servelab.engine.process import DIE_WITH_PARENT_ENV
 from servelab.errors import ServelabError
-from servelab.experiment.cells import Cell, CellSelection, cells_of_arm
+from servelab.experiment.cells import Cell, CellSelection
 from servelab.experiment.launch import ArmRun, start_arm
 from servelab.experiment.orchestrator import Orchestrator, cell_line
 from servelab.experiment.spec import ArmSpec, ExperimentSpec
@@ -178,12 +178,8 @@ class RayExperiment:
 
     # -- planning ------------------------------------------------------------------------
     def _plan(self, arm: ArmSpec, per_node: int, nodes: list) -> _Placed | None:
-        if not self.select.admits_arm(arm.name):
-            return None
-        cells = [c for c in cells_of_arm(self.spec, arm.name) if self.select.admits(c)]
-        todo = [c for c in cells if self.force or not self.store.has_cell(*c.key)]
+        todo = self.local.cells_to_run(arm)[1]
         if not todo:
-            self.echo(f"arm {arm.name}: all {len(cells)} cells already stored, skipped")
             return None
         try:
             demand = demand_of(self.spec, arm, per_node)
@@ -236,21 +232,18 @@ class RayExperiment:
         p.attempt += 1
         p.phase = "start"
         p.asked_at = self.clock()
-        p.group = placement_group(p.demand.ray_bundles(), strategy=p.demand.strategy,
+        bundles = p.demand.ray_bundles()
+        p.group = placement_group(bundles, strategy=p.demand.strategy,
                                   name=f"servelab-{self.spec.name}-{p.arm.name}-{p.attempt}")
         worker = ray.remote(ArmWorker).options(
-            num_cpus=p.demand.ray_bundles()[0].get("CPU", 0),
+            num_cpus=bundles[0].get("CPU", 0),
             num_gpus=p.demand.bundles[0],
             max_restarts=0,
             scheduling_strategy=PlacementGroupSchedulingStrategy(p.group, placement_group_bundle_index=0))
-        p.actor = worker.remote(self.spec, str(self.store.root), p.arm, self._gcs_address(ray))
+        p.actor = worker.remote(self.spec, str(self.store.root), p.arm, ray.get_runtime_context().gcs_address)
         p.pending = p.actor.start.remote(p.demand.exclusive)
         self.echo(f"arm {p.arm.name}: placing ({p.demand.describe()}; attempt {p.attempt}, "
                   f"{len(p.todo)} cells to run)")
-
-    @staticmethod
-    def _gcs_address(ray: ModuleType) -> str:
-        return ray.get_runtime_context().gcs_address
 
     def _advance(self, ray: ModuleType, p: _Placed, running: list[_Placed], waiting: list[_Placed]) -> None:
         from ray.exceptions import RayActorError, RayTaskError

@@ -144,6 +144,17 @@ class Orchestrator:
             engine, self._held = self._held[2], None
             engine.stop()
 
+    def cells_to_run(self, arm: ArmSpec) -> tuple[list[Cell], list[Cell]]:
+        """(the arm's selected cells, those not yet stored: all with `force`); says so when
+        every one is stored."""
+        if not self.select.admits_arm(arm.name):
+            return [], []
+        cells = [c for c in cells_of_arm(self.spec, arm.name) if self.select.admits(c)]
+        todo = [c for c in cells if self.force or not self.store.has_cell(*c.key)]
+        if cells and not todo:
+            self.echo(f"arm {arm.name}: all {len(cells)} cells already stored, skipped")
+        return cells, todo
+
     def _shared_engine(self, arm: ArmSpec) -> tuple[str | None, RunningEngine | None]:
         """(owner arm, engine) when the held engine serves this arm and its prefix cache
         was emptied; otherwise the held engine is stopped and (None, None) returned."""
@@ -163,12 +174,8 @@ class Orchestrator:
         return owner, engine
 
     def _run_arm(self, arm: ArmSpec) -> None:
-        if not self.select.admits_arm(arm.name):
-            return
-        cells = [c for c in cells_of_arm(self.spec, arm.name) if self.select.admits(c)]
-        todo = [c for c in cells if self.force or not self.store.has_cell(*c.key)]
+        cells, todo = self.cells_to_run(arm)
         if not todo:
-            self.echo(f"arm {arm.name}: all {len(cells)} cells already stored, skipped")
             return
         self.echo(f"arm {arm.name}: starting ({len(todo)} of {len(cells)} cells to run)")
         self.store.write_arm_status(arm.name, ArmStatus("started"))

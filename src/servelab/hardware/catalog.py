@@ -25,7 +25,7 @@ class Interconnect:
     """GPU-to-GPU link: NVLink generation or PCIe generation, bidirectional GB/s per GPU,
     and the fixed cost of one small all-reduce call over it (an estimate)."""
 
-    kind: Literal["nvlink", "pcie"]
+    kind: Literal["nvlink", "pcie", "fabric"]  # fabric: a network between nodes (`NodeLink`)
     generation: int
     bandwidth_gbs: float
     allreduce_latency_us: float
@@ -35,6 +35,8 @@ class Interconnect:
         return self.bandwidth_gbs / 2
 
     def describe(self) -> str:
+        if self.kind == "fabric":
+            return f"fabric {self.bandwidth_gbs:g} GB/s"
         name = "NVLink" if self.kind == "nvlink" else "PCIe Gen"
         sep = " " if self.kind == "nvlink" else ""
         return f"{name}{sep}{self.generation} {self.bandwidth_gbs:g} GB/s"
@@ -165,7 +167,7 @@ class NodeLink:
 
     def as_interconnect(self) -> Interconnect:
         """The link in the intra-node record's terms (bidirectional GB/s, per-call latency)."""
-        return Interconnect("pcie", 0, 2 * self.bandwidth_gbs, self.latency_us)
+        return Interconnect("fabric", 0, 2 * self.bandwidth_gbs, self.latency_us)
 
     def describe(self) -> str:
         return f"{self.kind} {self.bandwidth_gbs:g} GB/s per GPU"
