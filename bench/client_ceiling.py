@@ -11,8 +11,10 @@ benchmark clients do), and against the issue's targets:
 
 * client CPU per streamed token, 256-token outputs, concurrency 32..512 (<= 10 us);
 * requests per client-CPU-second with 1-token outputs, one process and several (>= 3600);
-* TTFT over-report at concurrency 32, first burst included: client mean TTFT minus the
-  server's own (perf_counter) mean TTFT (<= 2 ms);
+* timing over-report at concurrency 1 and 32, first burst included: client mean TTFT and
+  ITL minus the server's own (perf_counter, stamped before each write) means (<= 2 ms).
+  The tests check only what holds under any load (a client's sums never below the
+  server's); how close above it lands is this figure;
 * output token rate with 50,000-token prompts vs short prompts (within 10 %).
 
 CPU times are `time.process_time()` of this process (children's from `resource`).
@@ -204,20 +206,30 @@ def request_rate(n: int, procs: int) -> None:
         line(f"{procs} processes: sustained (wall)", mok / mwall, "req/s", ok / wall, "", True)
 
 
-def ttft_over_report() -> None:
-    print("TTFT over-report at concurrency 32 (server: 50 ms TTFT, 20 ms ITL; 96 requests, rate inf)")
+def over_report(records: list[RequestRecord], srv: Server) -> tuple[float, float]:
+    """(TTFT, ITL) over-report, ms: the records' mean minus the server's own mean."""
+    truth = srv.stats()
+    ttft = statistics.fmean(r.ttft_ms for r in records) - truth["mean_ttft_ms"]  # type: ignore[misc]
+    itl = statistics.fmean(x for r in records for x in r.itl_ms) - truth["mean_chunk_gap_ms"]
+    return ttft, itl
+
+
+def timing_over_report() -> None:
+    print("timing over-report (server: 50 ms TTFT, 20 ms ITL, 16 tokens; rate inf), first burst included")
     with Server(ttft_ms=50, itl_ms=20) as srv:
-        reqs = specs(96, 16)
-        srv.reset()
-        ours, _, _ = measure(lambda: run(send_schedule(target(srv.url), reqs, [0.0] * 96, 32)))
-        truth = srv.stats()["mean_ttft_ms"]
-        over = statistics.fmean(r.ttft_ms for r in ours) - truth  # type: ignore[misc]
-        srv.reset()
-        base, _, _ = measure(lambda: run(baseline_send(srv.url, reqs, 32)))
-        btruth = srv.stats()["mean_ttft_ms"]
-        bover = statistics.fmean(r.ttft_ms for r in base) - btruth  # type: ignore[misc]
-        line("mean TTFT - server's mean TTFT", over, "ms", bover, "<= 2", over <= 2)
-        print(f"  (server's own mean TTFT: {truth:.2f} ms in our run, {btruth:.2f} ms in the baseline's)")
+        for c, n in ((1, 16), (32, 96)):
+            reqs = specs(n, 16)
+            srv.reset()
+            ours = run(send_schedule(target(srv.url), reqs, [0.0] * n, c))
+            ttft, itl = over_report(ours, srv)
+            srv.reset()
+            bttft, bitl = over_report(run(baseline_send(srv.url, reqs, c)), srv)
+            # Over-reports are near zero and of either sign for ITL: the baseline's is
+            # printed beside ours, not divided into it.
+            print(f"  concurrency {c:<3} mean TTFT - server's  {ttft:6.2f} ms  baseline {bttft:6.2f} ms"
+                  f"  target <= 2  {'PASS' if ttft <= 2 else 'MISS'}")
+            print(f"  {'':<15} mean ITL - server's   {itl:6.2f} ms  baseline {bitl:6.2f} ms"
+                  f"  target |x| <= 2  {'PASS' if abs(itl) <= 2 else 'MISS'}")
 
 
 def long_prompts() -> None:
@@ -242,7 +254,7 @@ def main() -> None:
     print(f"client on core {CLIENT_CORE}, server on core {SERVER_CORE} ({len(CORES)} cores)")
     cpu_per_token((32, 128) if a.quick else (32, 128, 512))
     request_rate(2000 if a.quick else 6000, max(2, min(4, len(CORES) - 1)))
-    ttft_over_report()
+    timing_over_report()
     long_prompts()
 
 

@@ -53,6 +53,11 @@ class TokenServerHandle:
         with urllib.request.urlopen(self.url + "/stats", timeout=10) as resp:
             return json.loads(resp.read())
 
+    def requests(self) -> list[dict]:
+        """What each completion request carried and, once its stream ended, its truth."""
+        with urllib.request.urlopen(self.url + "/requests", timeout=10) as resp:
+            return json.loads(resp.read())
+
     def reset(self) -> None:
         req = urllib.request.Request(self.url + "/stats/reset", data=b"", method="POST")
         urllib.request.urlopen(req, timeout=10).read()

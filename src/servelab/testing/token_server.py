@@ -12,10 +12,12 @@ text, usage, vLLM's stream format) is `token_answer`'s, so either reads without 
 
 Serves `/v1/completions` and `/v1/chat/completions` (SSE streaming or one JSON answer),
 `/v1/models`, `/health`, and `/stats` (requests seen, in flight now, the maximum ever in
-flight, and what the server actually did, measured with `time.perf_counter` when each
-chunk was written: mean time from the handler's start to the first chunk, mean gap between
-chunks; `POST /stats/reset` zeroes them), and `/requests` (the headers, but the API key,
-and the body of each completion request, so tests see what a client sent). On a busy machine the actual figures drift from
+flight, and what the server actually did, measured with `time.perf_counter` just before
+each chunk was written: mean time from the request's arrival to the first chunk, mean gap
+between chunks, and the sums of TTFT and of arrival-to-last-chunk per stream, which bound
+any client's sums from below; `POST /stats/reset` zeroes them), and `/requests` (the headers, but the API key,
+and the body of each completion request, so tests see what a client sent, and for each
+finished stream its own `truth`: TTFT and arrival-to-last-chunk, ms). On a busy machine the actual figures drift from
 the schedule (timers fire late); they are the truth a client is checked against.
 
 Faults, counted over completion requests in arrival order (1-based): every `fail_every`-th
@@ -71,6 +73,7 @@ class ServerStats:
     max_in_flight: int = 0
     streams: int = 0
     sum_ttft_ms: float = 0.0
+    sum_stream_ms: float = 0.0
     gaps: int = 0
     sum_gap_ms: float = 0.0
 
@@ -144,6 +147,7 @@ class TokenServer:
             "streams": s.streams,
             "mean_ttft_ms": s.sum_ttft_ms / s.streams if s.streams else None,
             "mean_chunk_gap_ms": s.sum_gap_ms / s.gaps if s.gaps else None,
+            "sum_ttft_ms": s.sum_ttft_ms, "sum_stream_ms": s.sum_stream_ms,
         })
 
     async def reset_stats(self, request: web.Request) -> web.Response:
@@ -182,9 +186,10 @@ class TokenServer:
         if cfg.api_key is not None and request.headers.get("Authorization") != f"Bearer {cfg.api_key}":
             return web.json_response({"object": "error", "message": "bad API key"}, status=401)
         body = await request.json()
+        seen: dict[str, object] = {"headers": {k.lower(): v for k, v in request.headers.items()
+                                               if k.lower() != "authorization"}, "body": body}
         if len(self.seen) < SEEN_MAX:
-            self.seen.append({"headers": {k.lower(): v for k, v in request.headers.items()
-                                          if k.lower() != "authorization"}, "body": body})
+            self.seen.append(seen)
         if cfg.fail_after and seq > cfg.fail_after:
             return web.json_response(
                 {"object": "error", "message": f"injected failure after request {cfg.fail_after}"},
@@ -219,8 +224,10 @@ class TokenServer:
                 request.transport.abort()  # a broken stream: no final chunk, no [DONE]
                 return resp
             sent += k
-            await resp.write(events.tokens(sent - k, k, sent, "length" if sent == n else None))
+            # Stamped before the write: no client can see the chunk earlier, so a client's
+            # TTFT and latency are never below the server's (the tests' causal bound).
             t_now = time.perf_counter()
+            await resp.write(events.tokens(sent - k, k, sent, "length" if sent == n else None))
             if c == 0:
                 t_first = t_now
             else:
@@ -230,6 +237,9 @@ class TokenServer:
             c += 1
         self.stats.streams += 1
         self.stats.sum_ttft_ms += (t_first - t_arrive) * 1000.0
+        stream_ms = (t_prev - request["t_arrive"]) * 1000.0
+        self.stats.sum_stream_ms += stream_ms
+        seen["truth"] = {"ttft_ms": (t_first - t_arrive) * 1000.0, "stream_ms": stream_ms}
         if events.include_usage:
             await resp.write(events.usage(n))
         await resp.write(token_answer.DONE)
