@@ -26,7 +26,8 @@ from servelab.sim.cost import AffineCost, default_calibration
 from servelab.sim.engine import SimConfig, SimEngine, build_engine
 from servelab.sim.scheduler import ScheduledStep
 from servelab.sim.spec_payoff import PayoffModel
-from servelab.speculation import SpeculativeConfig, accepted_length, parse_rates, tokens_per_step
+from servelab.speculation import (SpeculativeConfig, accepted_length, parse_rates, split_acceptance,
+                                  tokens_per_step)
 
 from conftest import run_servelab
 
@@ -78,9 +79,11 @@ def test_sglang_gets_its_speculative_flags() -> None:
 
 
 def test_the_simulator_server_gets_the_acceptance_too() -> None:
-    args = SimLauncher("H200").speculative_args(_ngram(2, [0.75, 0.5]))
-    assert args == ["--speculative-config", '{"method":"ngram","num_speculative_tokens":2}',
-                    "--spec-acceptance", "0.75,0.5"]
+    args = SimLauncher("H200").speculative_args(_ngram(2, [0.75, 0.5], proposal_rate=0.9, proposal_tokens=1.5))
+    assert args == ["--speculative-config", '{"method":"ngram","num_speculative_tokens":2,'
+                    '"proposal_rate":0.9,"proposal_tokens":1.5}', "--spec-acceptance", "0.75,0.5"]
+    # vLLM gets its own keys only
+    assert _ngram(2, [0.75, 0.5], proposal_tokens=1.5).engine_json() == '{"method":"ngram","num_speculative_tokens":2}'
 
 
 @pytest.mark.parametrize("bad, message", [
@@ -177,6 +180,44 @@ def test_simulated_acceptance_matches_the_configured_rates() -> None:
     assert engine.stats.generation_tokens_total == 64 * 200  # no token lost or added
 
 
+def test_the_counters_split_into_proposal_lengths_and_acceptance() -> None:
+    # dummy weights with n-gram K = 6 on an H200: positions 0-1 always accepted, 2-5 on
+    # 89.5 % of drafts, 5.58 tokens per proposal: 10.5 % of proposals had 2 tokens, and
+    # every token proposed was accepted
+    measured = (1.0, 1.0, 0.895, 0.895, 0.895, 0.895)
+    got = split_acceptance(measured, 5.58)
+    assert got.survival == pytest.approx(measured) and got.accept == pytest.approx((1.0,) * 6)
+    assert got.full_share(6) == pytest.approx(0.895) and got.mean_tokens(2) == pytest.approx(2.0)
+    # proposals always whole: every missing position was rejected
+    whole = split_acceptance((0.8, 0.6), 2.0)
+    assert whole.survival == (1.0, 1.0) and whole.accept == pytest.approx((0.8, 0.6))
+    # in between: the drop 1 -> 0.5 shared so that proposals average 1.75 tokens
+    mid = split_acceptance((1.0, 0.5), 1.75)
+    assert mid.survival == pytest.approx((1.0, 0.75)) and mid.accept == pytest.approx((1.0, 2 / 3))
+
+
+def test_short_proposals_verify_fewer_tokens_and_leave_the_full_graph() -> None:
+    measured = [1.0, 1.0, 0.5, 0.5]  # half the proposals are 2 tokens long, all accepted
+    spec = _ngram(4, rates=None).with_measured(measured, 1.0, 3.0)
+    engine = build_engine("Qwen/Qwen3-4B", "H200", None, ARGS, None, True, None, spec)
+    for i in range(32):
+        engine.add(f"r{i}", tuple(range(i * 1000, i * 1000 + 50)), 200, 0.0)
+    t = 0.0
+    while engine.has_work():
+        r = engine.step(t)
+        t += r.duration_s
+    c = engine.stats.spec_decode
+    assert c.num_drafts > 1000
+    assert c.num_draft_tokens / c.num_drafts == pytest.approx(3.0, abs=0.1)
+    assert c.num_accepted_tokens == c.num_draft_tokens  # what was proposed was accepted
+    for got, want in zip(c.accepted_per_pos, measured):
+        assert got / c.num_drafts == pytest.approx(want, abs=0.03)
+    # a batch with one short proposal replays piecewise graphs; all whole: the full graph
+    whole = ScheduledStep([], [], 4, 400, 0, 0, 0, 0, 16, 4)
+    short = ScheduledStep([], [], 4, 400, 0, 0, 0, 0, 14, 4)
+    assert engine.cost.parts(whole).launches == 1 < engine.cost.parts(short).launches
+
+
 def test_ngram_and_draft_models_lose_async_scheduling_eagle_keeps_it() -> None:
     ngram = build_engine("Qwen/Qwen3-4B", "H200", None, ARGS, None, True, None, _ngram(2, [0.5, 0.2]))
     eagle = build_engine("Qwen/Qwen3-4B", "H200", None, ARGS, None, True, None,
@@ -224,9 +265,9 @@ def test_a_draft_model_takes_its_weights_and_joins_every_kv_block() -> None:
 def test_the_crossover_comes_from_the_cost_model() -> None:
     base = build_engine("Qwen/Qwen3-14B", "H200", None, ARGS, None)
     never = build_engine("Qwen/Qwen3-14B", "H200", None, ARGS, None, True, None, _ngram(2, [0.0, 0.0]))
-    assert PayoffModel(base.cost, never.cost, (0.0, 0.0)).crossover(500, 1024) == 1
+    assert PayoffModel(base.cost, never.cost, split_acceptance((0.0, 0.0), 2)).crossover(500, 1024) == 1
     half = build_engine("Qwen/Qwen3-14B", "H200", None, ARGS, None, True, None, _ngram(1, [0.5]))
-    model = PayoffModel(base.cost, half.cost, (0.5,))
+    model = PayoffModel(base.cost, half.cost, split_acceptance((0.5,), 1))
     p = model.at(1, 500)
     step = ScheduledStep([], [], 1, 500, 0, 0, 0, 0)
     verify = ScheduledStep([], [], 1, 500, 0, 0, 0, 0, 1, 1)
@@ -279,7 +320,7 @@ def test_the_advised_k_shrinks_as_verification_rows_stop_being_free() -> None:
     rates = (0.8, 0.6, 0.1, 0.02)
     base = build_engine("Qwen/Qwen3-4B", "H200", None, ARGS, None)
     spec = build_engine("Qwen/Qwen3-4B", "H200", None, ARGS, None, True, None, _ngram(4, list(rates)))
-    model = PayoffModel(base.cost, spec.cost, rates)
+    model = PayoffModel(base.cost, spec.cost, split_acceptance(rates, 4))
     ks = [model.at(c, 300).best_k for c in (1, 8, 32, 64, 256)]
     assert ks[0] == 4 and ks[-1] < 4
     assert all(b <= a for a, b in zip(ks, ks[1:]))

@@ -38,7 +38,7 @@ DRAFTER_GRAPH_METHODS: frozenset[str] = ASYNC_METHODS
 
 # Keys of this record that only servelab reads (the simulator's inputs); the rest are
 # vLLM's `--speculative-config` keys, passed as they are.
-SERVELAB_KEYS = frozenset({"acceptance", "proposal_rate"})
+SERVELAB_KEYS = frozenset({"acceptance", "proposal_rate", "proposal_tokens"})
 
 
 class SpeculativeConfig(BaseModel):
@@ -65,6 +65,9 @@ class SpeculativeConfig(BaseModel):
     synthetic_acceptance_rates: list[float] | None = None
     acceptance: list[float] | None = None
     proposal_rate: float = Field(1.0, gt=0, le=1)
+    proposal_tokens: float | None = Field(
+        None, ge=1, description="mean tokens per proposal (vLLM's draft tokens / drafts); "
+        "default num_speculative_tokens: every proposal whole")
 
     @model_validator(mode="after")
     def _consistent(self) -> SpeculativeConfig:
@@ -78,6 +81,9 @@ class SpeculativeConfig(BaseModel):
         synthetic = self.rejection_sample_method == "synthetic"
         if synthetic != (self.synthetic_acceptance_rates is not None):
             raise ValueError("synthetic_acceptance_rates goes with rejection_sample_method: synthetic")
+        if self.proposal_tokens is not None and self.proposal_tokens > self.num_speculative_tokens + 1e-9:
+            raise ValueError(f"proposal_tokens {self.proposal_tokens} exceeds num_speculative_tokens "
+                             f"{self.num_speculative_tokens}")
         for key in ("synthetic_acceptance_rates", "acceptance"):
             rates = getattr(self, key)
             if rates is not None:
@@ -104,19 +110,31 @@ class SpeculativeConfig(BaseModel):
         return self.method in DRAFTER_GRAPH_METHODS
 
     def with_measured(self, per_position: tuple[float, ...] | list[float],
-                      proposal_rate: float) -> SpeculativeConfig:
+                      proposal_rate: float, proposal_tokens: float | None = None) -> SpeculativeConfig:
         """This config with an acceptance vLLM counted (per position, cut or padded with 0
-        to K, rounding noise that rises with the position flattened) and its share of
-        drafted decode steps, for the simulator to draw from; synthetic sampling keys are
-        dropped (what they enforced is now in the counted rates)."""
+        to K, rounding noise that rises with the position flattened), its share of drafted
+        decode steps and its mean tokens per proposal, for the simulator to draw from;
+        synthetic sampling keys are dropped (what they enforced is now in the counted
+        rates)."""
         k = self.num_speculative_tokens
         rates: list[float] = []
         for r in list(per_position)[:k]:
             rates.append(min(float(r), rates[-1]) if rates else float(r))
         rates += [0.0] * (k - len(rates))
         data = self.model_dump(exclude={"rejection_sample_method", "synthetic_acceptance_rates"})
+        tokens = None if proposal_tokens is None else min(float(k), max(1.0, proposal_tokens))
         return SpeculativeConfig.model_validate(
-            {**data, "acceptance": rates, "proposal_rate": min(1.0, max(proposal_rate, 1e-6))})
+            {**data, "acceptance": rates, "proposal_rate": min(1.0, max(proposal_rate, 1e-6)),
+             "proposal_tokens": tokens})
+
+    def proposals(self) -> Proposals | None:
+        """How long proposals are and how their positions are accepted (None when the
+        acceptance is unknown): `split_acceptance` of the rates and `proposal_tokens`."""
+        rates = self.rates()
+        if rates is None:
+            return None
+        k = self.num_speculative_tokens
+        return split_acceptance(rates, float(k) if self.proposal_tokens is None else self.proposal_tokens)
 
     def rates(self) -> tuple[float, ...] | None:
         """The per-position acceptance the simulator draws from: the synthetic rates vLLM
@@ -124,6 +142,61 @@ class SpeculativeConfig(BaseModel):
         if self.synthetic_acceptance_rates is not None:
             return tuple(self.synthetic_acceptance_rates)
         return tuple(self.acceptance) if self.acceptance is not None else None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Proposals:
+    """A proposer's draft lengths and the verifier's acceptance, position by position:
+    `survival[i]` = P(a proposal has more than i tokens) (survival[0] = 1: vLLM counts
+    only non-empty drafts), `accept[i]` = P(its first i + 1 tokens are accepted | it has
+    them). Their product is vLLM's per-position counter."""
+
+    survival: tuple[float, ...]
+    accept: tuple[float, ...]
+
+    def full_share(self, k: int) -> float:
+        """The share of proposals that carry all k tokens (k <= K)."""
+        return self.survival[k - 1]
+
+    def mean_tokens(self, k: int) -> float:
+        """Mean tokens of a proposal cut at k."""
+        return float(sum(self.survival[:k]))
+
+
+def split_acceptance(per_position: tuple[float, ...] | list[float], proposal_tokens: float) -> Proposals:
+    """Split vLLM's per-position counts p[i] into proposal survival s[i] and acceptance
+    a[i] (p = s x a) so that the mean proposal length sum(s) is `proposal_tokens`.
+
+    The counters tell how often position i was accepted and how many tokens were proposed,
+    not why a later position was missing (the proposal ended, or the verifier rejected
+    it). Each step's drop p[i] / p[i-1] = q is shared as s[i] / s[i-1] = q^t and
+    a[i] / a[i-1] = q^(1-t), one t in [0, 1] for all positions, found by bisection:
+    t = 1 puts every drop on short proposals (an n-gram match that runs out: dummy
+    weights give p = 1, 1, .895, .895, .895, .895 with 5.58 tokens per proposal, i.e.
+    10.5 % of proposals have 2 tokens), t = 0 on rejection (a model's drafts of full
+    length). Both sequences come out non-increasing and their product is p exactly."""
+    k = len(per_position)
+    p = [max(float(x), 1e-12) for x in per_position]
+
+    def survival(t: float) -> list[float]:
+        s = [1.0]
+        for i in range(1, k):
+            s.append(s[-1] * min(1.0, p[i] / p[i - 1]) ** t)
+        return s
+
+    target = min(float(k), max(1.0, proposal_tokens))
+    lo, hi = 0.0, 1.0  # sum(survival(t)) falls from K at t = 0 to sum(p) / p[0] at t = 1
+    if sum(survival(hi)) >= target:
+        lo = hi
+    else:
+        for _ in range(60):
+            mid = (lo + hi) / 2
+            if sum(survival(mid)) > target:
+                lo = mid
+            else:
+                hi = mid
+    s = survival(lo)
+    return Proposals(tuple(s), tuple(min(1.0, pi / si) for pi, si in zip(p, s)))
 
 
 def check_rates(rates: list[float] | tuple[float, ...], k: int, what: str) -> None:

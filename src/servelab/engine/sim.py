@@ -78,8 +78,10 @@ class SimLauncher(CommandLauncher):
         return {**self.env, **arm.env}
 
     def speculative_args(self, spec: SpeculativeConfig) -> list[str]:
-        """vLLM's JSON (synthetic rates included) and servelab's `acceptance`, if given."""
-        args = ["--speculative-config", spec.engine_json()]
+        """vLLM's JSON (synthetic rates included) with servelab's proposal keys, which the
+        simulator reads and vLLM would refuse, and `acceptance`, if given, as its flag."""
+        args = ["--speculative-config",
+                spec.model_dump_json(exclude_none=True, exclude={"acceptance"})]
         if spec.acceptance is not None:
             args += ["--spec-acceptance", ",".join(repr(r) for r in spec.acceptance)]
         return args

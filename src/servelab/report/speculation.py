@@ -28,11 +28,12 @@ from servelab.sim.spec_payoff import PayoffModel
 
 @dataclass(frozen=True, slots=True)
 class PooledAcceptance:
-    """An arm's acceptance over its cells (weighted by drafts) and the share of its decode
-    steps that drafted."""
+    """An arm's acceptance over its cells (weighted by drafts), the share of its decode
+    steps that drafted and its mean tokens per proposal."""
 
     rates: tuple[float, ...]
     proposal_rate: float
+    proposal_tokens: float
 
 
 def spec_arms(data: ExperimentData) -> list[str]:
@@ -60,7 +61,8 @@ def pooled_acceptance(cells: list[CellFigures]) -> PooledAcceptance | None:
     rates = tuple(sum(sd.per_position[i] * sd.num_drafts for sd in counted if i < len(sd.per_position))
                   / drafts for i in range(k))
     steps = sum(sd.num_drafts / sd.proposal_rate for sd in counted if sd.proposal_rate)
-    return PooledAcceptance(rates, min(1.0, drafts / steps) if steps > 0 else 1.0)
+    return PooledAcceptance(rates, min(1.0, drafts / steps) if steps > 0 else 1.0,
+                            sum(sd.draft_tokens for sd in counted) / drafts)
 
 
 def _positions(rates: tuple[float, ...]) -> str:
@@ -97,7 +99,8 @@ def payoff_model(spec: ExperimentSpec, arm_name: str, base_arm: str, gpu: str,
     """The simulator's payoff model of `arm_name` with the measured acceptance."""
     arm = spec.arm(arm_name)
     assert arm.speculative is not None
-    sc = arm.speculative.with_measured(acceptance.rates, acceptance.proposal_rate)
+    sc = arm.speculative.with_measured(acceptance.rates, acceptance.proposal_rate,
+                                       acceptance.proposal_tokens)
     args = planner_args(spec, arm, strict=False)
     baseline = spec.arm(base_arm)
     base_args = planner_args(spec, baseline, strict=False)
@@ -107,9 +110,9 @@ def payoff_model(spec: ExperimentSpec, arm_name: str, base_arm: str, gpu: str,
                         base_args.async_scheduling)
     spec_engine = build_engine(engine_path(spec, arm), gpu, arm.quantization, args, cal,
                                args.async_scheduling, None, sc)
-    rates = sc.rates()
-    assert rates is not None  # with_measured sets them
-    return PayoffModel(base.cost, spec_engine.cost, rates, sc.proposal_rate)
+    proposals = sc.proposals()
+    assert proposals is not None  # with_measured sets the rates
+    return PayoffModel(base.cost, spec_engine.cost, proposals, sc.proposal_rate)
 
 
 def payoff_table(data: ExperimentData, spec: ExperimentSpec, arm: str, workload: str,

@@ -156,10 +156,10 @@ class SimEngine:
         self._generation_tokens_total = 0
         self.spec: SpecDecoder | None = None
         if config.speculative is not None:
-            rates = config.speculative.rates()
-            if rates is None:
+            proposals = config.speculative.proposals()
+            if proposals is None:
                 raise ValueError("a speculative SimConfig needs its per-position acceptance")
-            self.spec = SpecDecoder(config.speculative, rates, config.seed)
+            self.spec = SpecDecoder(config.speculative, proposals, config.seed)
 
     def add_request(self, req: SimRequest) -> None:
         """Queue a request; raises `RequestRejected` (HTTP 400 in vLLM) when

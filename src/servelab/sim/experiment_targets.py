@@ -77,13 +77,15 @@ def arm_options(spec: Any, arm: Any, override: tuple[str, str | None] | None,
 
 def measured_speculation(spec: SpeculativeConfig, result: dict[str, Any],
                          servers: list[dict[str, Any]]) -> SpeculativeConfig:
-    """`spec` with the acceptance a measured cell counted and its share of drafted decode
-    steps: the simulator then draws what vLLM accepted."""
+    """`spec` with the acceptance a measured cell counted, its share of drafted decode
+    steps and its mean proposal length: the simulator then draws what vLLM proposed and
+    accepted."""
     sd = stored_spec_decode(result, servers)
     if sd is None:  # no counters (SGLang, a failed scrape): keep the arm's own acceptance
         return spec
     share = drafted_share(sd, float(result["total_output_tokens"]), float(result["completed"]))
-    return spec.with_measured(sd.per_position_acceptance, share if share is not None else 1.0)
+    return spec.with_measured(sd.per_position_acceptance, share if share is not None else 1.0,
+                              sd.draft_tokens / sd.num_drafts if sd.num_drafts else None)
 
 
 def _rate(value: Any) -> float:

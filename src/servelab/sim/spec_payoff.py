@@ -3,9 +3,10 @@
 At concurrency C (every sequence decoding, context L tokens), one step of the baseline
 engine gives each sequence one token; one step of the speculative engine gives it
 1 + p x sum(acceptance[:k]) tokens on average (p: the share of steps that carry a draft)
-and costs the verification of C + p C k tokens plus the drafter's k forwards, under the
-engine's rules (piecewise graphs unless every sequence carries a whole draft, no
-asynchronous scheduling for n-gram and draft-model methods). The speed-up is the ratio of
+and costs the verification of C + p C m_k tokens (m_k: the mean proposal cut at k) plus
+the drafter's k forwards, under the engine's rules: a full CUDA graph only when every
+sequence carries all k tokens (probability (p s_k)^C, s_k the share of whole proposals),
+else piecewise graphs; no asynchronous scheduling for n-gram and draft-model methods. The speed-up is the ratio of
 the two times per token; it falls with C because verification adds GEMM rows (compute)
 while the weight reads it saves are shared by the whole batch. The crossover (the first
 C where it falls below 1) and the best draft length per C therefore come out of the same
@@ -15,12 +16,11 @@ kernel times and residual that price every simulated step; nothing here is fitte
 from __future__ import annotations
 
 import copy
-import math
 from dataclasses import dataclass, replace
 
 from servelab.sim.cost import OperatorCostModel
 from servelab.sim.scheduler import ScheduledStep
-from servelab.speculation import tokens_per_step
+from servelab.speculation import Proposals, tokens_per_step
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,24 +37,25 @@ class Payoff:
     tokens_per_step: float
 
 
-def _decode_step(seqs: int, context: float, drafting: int, k: int) -> ScheduledStep:
+def _decode_step(seqs: int, context: float, drafting: int, draft_tokens: int) -> ScheduledStep:
     return ScheduledStep(reqs=[], num_new=[], decode_seqs=seqs,
                          decode_context_tokens=int(seqs * context), prefill_tokens=0,
                          prefill_context_tokens=0, preempted=0, prefill_seqs=0,
-                         draft_tokens=drafting * k, drafting_seqs=drafting)
+                         draft_tokens=draft_tokens, drafting_seqs=drafting)
 
 
 class PayoffModel:
     """Steady-state decode payoff of a speculative engine against its baseline."""
 
     def __init__(self, base: OperatorCostModel, spec: OperatorCostModel,
-                 rates: tuple[float, ...], proposal_rate: float = 1.0) -> None:
+                 proposals: Proposals, proposal_rate: float = 1.0) -> None:
         if spec.spec is None:
             raise ValueError("the speculative cost model has no SpecCost")
         self.base = base
         self.spec = spec
         self.k = spec.spec.num_speculative_tokens
-        self.rates = tuple(rates[: self.k])
+        self.proposals = proposals
+        self.rates = tuple(s * a for s, a in zip(proposals.survival, proposals.accept))[: self.k]
         self.proposal_rate = proposal_rate
         self._by_k: dict[int, OperatorCostModel] = {self.k: spec}
 
@@ -67,17 +68,21 @@ class PayoffModel:
         return got
 
     def spec_step_s(self, seqs: int, context: float, k: int) -> float:
-        """Expected seconds of one verification step (the draft count split between the
-        two integers around p x seqs)."""
+        """Expected seconds of one verification step: a uniform batch (every sequence with a
+        whole k-token proposal, on a full graph) with its probability, else a piecewise one
+        carrying the expected draft tokens."""
         cost = self._cost(k)
-        want = self.proposal_rate * seqs
-        lo = math.floor(want)
-        frac = want - lo
-        t_lo = cost.step_duration_s(_decode_step(seqs, context, lo, k))
-        if frac == 0.0:
-            return t_lo
-        t_hi = cost.step_duration_s(_decode_step(seqs, context, lo + 1, k))
-        return t_lo + frac * (t_hi - t_lo)
+        whole = self.proposal_rate * self.proposals.full_share(k)
+        p_uniform = whole ** seqs
+        uniform = cost.step_duration_s(_decode_step(seqs, context, seqs, seqs * k))
+        if p_uniform >= 1.0:
+            return uniform
+        drafting = min(seqs, round(self.proposal_rate * seqs))
+        tokens = min(round(self.proposal_rate * seqs * self.proposals.mean_tokens(k)), drafting * k)
+        if drafting == seqs and tokens == seqs * k:
+            tokens -= 1  # the batch holds a short proposal: piecewise, whatever the rounding
+        mixed = cost.step_duration_s(_decode_step(seqs, context, drafting, max(tokens, 0)))
+        return p_uniform * uniform + (1.0 - p_uniform) * mixed
 
     def tokens_per_step(self, k: int) -> float:
         """Tokens one sequence gets per verification step with draft length k."""

@@ -6,10 +6,12 @@ prefix and samples one token after it, and the proposer drafts the next K tokens
 sequence that continues (a draft model or an EAGLE head on the GPU in the same step; n-gram
 lookup on the CPU). This module owns the decisions (the engine applies them, the cost model
 prices them):
-- `propose`: the draft length of a sequence's next step: K, or 0 when an n-gram proposer
-  finds no match (drawn with the arm's `proposal_rate`);
-- `verify`: the accepted length of one draft, from the per-position acceptance (one
-  uniform draw per draft, `servelab.speculation.accepted_length`);
+- `propose`: the draft length of a sequence's next step: 0 when an n-gram proposer finds
+  no match (drawn with the arm's `proposal_rate`), else drawn from the proposals' length
+  survival (an n-gram match can run out before K tokens; a batch is uniform, and replays a
+  full CUDA graph, only when every sequence carries all K);
+- `verify`: the accepted length of one draft, from the acceptance of the positions it
+  has (one uniform draw per draft, `servelab.speculation.accepted_length`);
 - the counters vLLM exports (`vllm:spec_decode_*`), so a simulated cell reports acceptance
   as a measured one does.
 The random stream is the engine's own (seeded), never a global one.
@@ -20,7 +22,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from servelab.speculation import SpeculativeConfig, accepted_length
+from servelab.speculation import Proposals, SpeculativeConfig, accepted_length
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,9 +38,10 @@ class SpecCounters:
 class SpecDecoder:
     """Draft lengths and accepted lengths for one simulated replica."""
 
-    def __init__(self, config: SpeculativeConfig, rates: tuple[float, ...], seed: int) -> None:
+    def __init__(self, config: SpeculativeConfig, proposals: Proposals, seed: int) -> None:
         self.k = config.num_speculative_tokens
-        self.rates = rates  # K of them (`check_rates`)
+        self.survival = proposals.survival  # K of each
+        self.accept = proposals.accept
         self.proposal_rate = config.proposal_rate
         self._rng = random.Random(seed)
         self._drafts = 0
@@ -50,11 +53,13 @@ class SpecDecoder:
         """Draft tokens for one sequence's next step."""
         if self.proposal_rate < 1.0 and self._rng.random() >= self.proposal_rate:
             return 0
-        return self.k
+        if self.survival[-1] >= 1.0:
+            return self.k
+        return accepted_length(self.survival, self._rng.random())
 
     def verify(self, drafted: int) -> int:
         """Accepted draft tokens of a `drafted`-token draft (counted as vLLM counts them)."""
-        n = accepted_length(self.rates if drafted == self.k else self.rates[:drafted], self._rng.random())
+        n = accepted_length(self.accept if drafted == self.k else self.accept[:drafted], self._rng.random())
         self._drafts += 1
         self._draft_tokens += drafted
         self._accepted += n
