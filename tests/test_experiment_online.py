@@ -69,19 +69,19 @@ def test_online_sim_arms_run_over_http_and_stop(tmp_path: Path) -> None:
             assert startup is not None and startup["kv_cache_tokens"] == want.kv_cache_tokens
         cell = store.read_cell(arm, "rnd", "c4")
         assert cell is not None, arm
-        r = cell["result"]
+        r = cell.result.to_json()
         assert (r["completed"], r["failed"]) == (16, 0), arm
         assert r["total_output_tokens"] == 16 * 12
         assert r["servelab"]["peak_in_flight_requests"] <= 4
         # /metrics of every replica was sampled; the generation counters add up.
         # Direct splitting (request i to replica i mod n) and the round-robin router both
         # give each replica exactly its share.
-        per_replica = [s["generation_tokens_delta"] for s in cell["servers"]]
+        per_replica = [s["generation_tokens_delta"] for s in cell.servers]
         assert per_replica == [16 * 12 // replicas] * replicas, arm
         # Random prompts share no prefix, and the cache the previous arm filled with these
         # same prompts was emptied: an arm on a shared engine hits nothing either (2 of each
         # prompt's 3 blocks would hit without the reset).
-        assert [s["prefix_cache_hit_rate"] for s in cell["servers"]] == [0.0] * replicas, arm
+        assert [s["prefix_cache_hit_rate"] for s in cell.servers] == [0.0] * replicas, arm
     # One log per launched replica (3: the shared arms launched nothing), in the experiment directory.
     logs = sorted(p.relative_to(tmp_path / "out" / "arms").as_posix()
                   for p in (tmp_path / "out" / "arms").glob("*/logs/*-replica*.log"))

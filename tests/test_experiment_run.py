@@ -109,7 +109,7 @@ def test_force_redoes_cells_and_resume_skips_them(tmp_path: Path) -> None:
     assert manifest["baseline"] == "a"
     assert manifest["planner"]["b"]["memory"]["max_num_seqs"] == 4
     cell = store.read_cell("b", "rnd", "c2")
-    assert cell is not None and cell["engine_memory"][0]["kv_cache_tokens"] == \
+    assert cell is not None and cell.engine_memory[0]["kv_cache_tokens"] == \
         manifest["planner"]["b"]["memory"]["kv_cache_tokens"]
 
 
@@ -204,8 +204,8 @@ loads:
     live = store.read_arm_status("live")
     assert live is not None and live.state == "done"
     cell = store.read_cell("live", "rnd", "c2")
-    assert cell is not None and cell["result"]["completed"] == 6
-    assert cell["servers"][0]["available"] is True  # /metrics of the sim server was sampled
+    assert cell is not None and cell.result.completed == 6
+    assert cell.servers[0]["available"] is True  # /metrics of the sim server was sampled
     assert store.read_cell("gone", "rnd", "c2") is None
     assert "failed arms" in run.stdout and "gone" in run.stdout
 

@@ -10,6 +10,7 @@ import pytest
 
 from servelab.diagnosis import Ceiling, DiagnosisInput, RooflineStep, diagnose
 from servelab.metrics.server_figures import ServerFigures
+from servelab.experiment.cellrecord import CellRecord
 from servelab.report.data import cell_figures, load_experiment
 from servelab.report.diagnose import diagnose_arms
 
@@ -85,11 +86,12 @@ def _stored_cell(waiting: list[float], running: list[float]) -> dict:
     series = {"t_s": [0.5 * i for i in range(n)], "num_requests_waiting": waiting,
               "num_requests_running": running, "kv_cache_usage_perc": [0.2] * n}
     return {
-        "cell": {"arm": "base", "workload": "chat", "load": "c32", "concurrency": 32,
-                 "request_rate": "inf"},
+        "cell": {"arm": "base", "workload": "chat", "load": "c32", "seed": 0, "num_prompts": 10,
+                 "concurrency": 32, "request_rate": "inf"},
         "result": {"total_token_throughput": 1.0, "output_throughput": 1.0, "request_throughput": 1.0,
                    "mean_ttft_ms": 100.0, "mean_itl_ms": 60.0, "mean_tpot_ms": 60.0,
-                   "duration": 10.0, "completed": 10, "failed": 0},
+                   "duration": 10.0, "completed": 10, "failed": 0, "total_input_tokens": 5,
+                   "total_output_tokens": 5},
         "servers": [{"url": "sim://offline/replica0", "available": True, "reason": None,
                      "failed_scrapes": 0, "max_num_requests_waiting": max(waiting),
                      "max_num_requests_running": max(running), "series": series}],
@@ -102,7 +104,7 @@ def test_a_cell_stored_without_means_gets_them_from_its_columns() -> None:
     # ends when the queue first empties, so the mean is over the 28 steady samples.
     waiting = [0.0, 23.0, 15.0] + [0.0] * 27 + [1.0, 0.0]
     running = [0.0, 9.0, 17.0] + [32.0] * 28 + [0.0]
-    c = cell_figures(_stored_cell(waiting, running))
+    c = cell_figures(CellRecord.parse(_stored_cell(waiting, running), "test"))
     assert c.server.max_waiting == 23
     assert c.server.mean_waiting == pytest.approx(1 / 28)
     assert c.server.mean_running == 32
@@ -136,11 +138,12 @@ def test_replicas_combine_peaks_means_and_counters() -> None:
 def _routed_cell(arm: str, out_tok_s: float, hit_rates: list[float]) -> dict:
     """A cell of an arm with one replica per entry of `hit_rates` (summary keys only)."""
     return {
-        "cell": {"arm": arm, "workload": "prefix", "load": "c64", "concurrency": 64,
-                 "request_rate": "inf"},
+        "cell": {"arm": arm, "workload": "prefix", "load": "c64", "seed": 0, "num_prompts": 10,
+                 "concurrency": 64, "request_rate": "inf"},
         "result": {"total_token_throughput": 1.0, "output_throughput": out_tok_s,
                    "request_throughput": 1.0, "mean_ttft_ms": 100.0, "mean_itl_ms": 20.0,
-                   "mean_tpot_ms": 20.0, "duration": 10.0, "completed": 10, "failed": 0},
+                   "mean_tpot_ms": 20.0, "duration": 10.0, "completed": 10, "failed": 0,
+                   "total_input_tokens": 5, "total_output_tokens": 5},
         "servers": [{"available": True, "max_num_requests_waiting": 0.0,
                      "mean_num_requests_waiting": 0.0, "max_num_requests_running": 32.0,
                      "peak_kv_cache_usage_perc": 0.5, "preemptions_delta": 0.0,

@@ -17,6 +17,7 @@ from servelab.errors import ServelabError
 from servelab.experiment.arms import arm_launch
 from servelab.experiment.specfile import load_spec
 from servelab.hardware.catalog import get_gpu
+from servelab.metrics.result_file import StoredResult
 from servelab.metrics.scrape import parse_server_metrics, spec_decode_stats
 from servelab.models import load_model
 from servelab.plan import EngineArgs, plan_memory
@@ -400,7 +401,9 @@ def test_a_cell_without_counters_keeps_the_arms_own_acceptance() -> None:
 
     arm = SpeculativeConfig(method="draft_model", model="Qwen/Qwen3-0.6B", num_speculative_tokens=3,
                             rejection_sample_method="synthetic", synthetic_acceptance_rates=[0.8, 0.6, 0.4])
-    got = measured_speculation(arm, {"total_output_tokens": 100, "completed": 2}, [])
+    result = StoredResult(duration=1.0, completed=2, total_input_tokens=10, total_output_tokens=100,
+                          request_throughput=2.0, output_throughput=100.0, total_token_throughput=110.0)
+    got = measured_speculation(arm, result, [])
     assert got.rates() == (0.8, 0.6, 0.4)
 
 

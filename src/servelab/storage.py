@@ -71,16 +71,18 @@ def write_atomic(path: Path, data: bytes) -> None:
         raise
 
 
-def read_json(path: Path, flag: str) -> Any:
-    """A JSON file's content; `ServelabError` naming `flag`, the file and the line otherwise."""
+def read_json(path: Path, flag: str | None = None) -> Any:
+    """A JSON file's content; `ServelabError` naming `flag` (when a flag named the file),
+    the file and the line otherwise."""
+    where = f"{flag}: {path}" if flag else str(path)
     try:
-        return json.loads(path.read_text())
+        return json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError as exc:
-        raise ServelabError(f"{flag}: {path} does not exist") from exc
+        raise ServelabError(f"{where} does not exist") from exc
     except json.JSONDecodeError as exc:
-        raise ServelabError(f"{flag}: {path} line {exc.lineno}: not JSON ({exc.msg})") from exc
+        raise ServelabError(f"{where}: line {exc.lineno}: not valid JSON ({exc.msg})") from exc
     except OSError as exc:
-        raise ServelabError(f"{flag}: {path}: {exc.strerror}") from exc
+        raise ServelabError(f"{where}: cannot read it ({exc.strerror or exc})") from exc
 
 
 def write_json_atomic(path: Path, data: Any, indent: int | None = 1) -> None:

@@ -35,6 +35,7 @@ from servelab.distributed.placement import ArmDemand, demand_of, gpus_per_node, 
 from servelab.distributed.raycluster import cluster_nodes, connect
 from servelab.engine.process import DIE_WITH_PARENT_ENV
 from servelab.errors import ServelabError
+from servelab.experiment.cellrecord import CellRecord, Placement
 from servelab.experiment.cells import Cell, CellSelection
 from servelab.experiment.launch import ArmRun, start_arm
 from servelab.experiment.orchestrator import Orchestrator, cell_line
@@ -57,9 +58,9 @@ class Started:
 
 @dataclass(frozen=True, slots=True)
 class Measured:
-    """One cell from an actor: the cell file's content, or the error that failed it."""
+    """One cell from an actor: its record, or the error that failed it."""
 
-    data: dict[str, Any] | None = None
+    record: CellRecord | None = None
     error: str | None = None
 
 
@@ -298,11 +299,11 @@ class RayExperiment:
             p.todo = []
             self._next(p)
             return
-        assert m.data is not None
-        data = {**m.data, "placement": {"node_ids": list(p.node_ids), "attempt": p.attempt,
-                                        "strategy": p.demand.strategy}}
-        self.store.write_cell(p.arm.name, cell.workload, cell.load.key, data)
-        self.echo(cell_line(cell, data))
+        assert m.record is not None
+        record = m.record.placed(Placement(node_ids=list(p.node_ids), attempt=p.attempt,
+                                           strategy=p.demand.strategy))
+        self.store.write_cell(record)
+        self.echo(cell_line(cell, record))
         p.todo.pop(0)
         self._next(p)
 

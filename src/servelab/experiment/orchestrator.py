@@ -24,6 +24,7 @@ import numpy as np
 
 from servelab import __version__
 from servelab.errors import ServelabError
+from servelab.experiment.cellrecord import CellKey, CellRecord
 from servelab.experiment.cells import Cell, CellSelection, cells_of_arm, load_points
 from servelab.engine.adapter import RunningEngine
 from servelab.experiment.arms import engine_owner, launch_identity
@@ -32,6 +33,7 @@ from servelab.experiment.planning import ArmPlanner
 from servelab.experiment.spec import ArmSpec, ClusterSpec, ExperimentSpec
 from servelab.experiment.store import ArmStatus, ExperimentStore
 from servelab.metrics.result import GoodputSLO, RunInfo
+from servelab.metrics.result_file import StoredResult
 from servelab.metrics.scrape import ServerSeries
 from servelab.metrics.server_figures import ServerFigures
 from servelab.metrics.summary import SummaryOptions, summarize
@@ -221,13 +223,13 @@ class Orchestrator:
 
     def _run_cell(self, arm: ArmSpec, cell: Cell, started: ArmRun,
                   startups: tuple[dict[str, Any] | None, ...]) -> None:
-        data = self.measure_cell(arm, cell, started, startups)
-        self.store.write_cell(arm.name, cell.workload, cell.load.key, data)
-        self.echo(cell_line(cell, data))
+        record = self.measure_cell(arm, cell, started, startups)
+        self.store.write_cell(record)
+        self.echo(cell_line(cell, record))
 
     def measure_cell(self, arm: ArmSpec, cell: Cell, started: ArmRun,
-                     startups: tuple[dict[str, Any] | None, ...]) -> dict[str, Any]:
-        """Measure one cell on the started arm; the cell file's content (not written)."""
+                     startups: tuple[dict[str, Any] | None, ...]) -> CellRecord:
+        """Measure one cell on the started arm; the cell's record (not written)."""
         spec, load = self.spec, cell.load
         wl_spec = spec.workload(cell.workload)
         dataset = wl_spec.dataset(load.num_prompts, spec.model.tokenizer)
@@ -246,21 +248,18 @@ class Orchestrator:
             sampling=spec.engine_defaults.sampling.fields()))
         if m.spec_decode is not None:
             result = result.model_copy(update={"engine_spec_decode": m.spec_decode})
-        data = {
-            "cell": {"arm": arm.name, "workload": cell.workload, "load": load.key,
-                     "seed": cell.seed, "num_prompts": load.num_prompts,
-                     "concurrency": load.concurrency,
-                     "request_rate": "inf" if load.request_rate == float("inf") else load.request_rate,
-                     "max_concurrency": load.max_concurrency, "burstiness": load.burstiness,
-                     "num_warmups": spec.loads.num_warmups},
-            "result": result_json(result, detailed=True),
-            "servers": [s.to_json_dict() for s in m.servers],
-            "engine_memory": list(startups),
-            "roofline": self._roofline(arm, m.servers, work.requests),
-            "extras": m.extras,
-            "notes": list(work.notes),
-        }
-        return data
+        return CellRecord(
+            cell=CellKey(arm=arm.name, workload=cell.workload, load=load.key, seed=cell.seed,
+                         num_prompts=load.num_prompts, concurrency=load.concurrency,
+                         request_rate=load.request_rate, max_concurrency=load.max_concurrency,
+                         burstiness=load.burstiness, num_warmups=spec.loads.num_warmups),
+            result=StoredResult.parse(result_json(result, detailed=True), cell.label),
+            servers=[s.to_json_dict() for s in m.servers],
+            engine_memory=list(startups),
+            roofline=self._roofline(arm, m.servers, work.requests),
+            extras=m.extras,
+            notes=list(work.notes),
+        )
 
     def _roofline(self, arm: ArmSpec, servers: list[ServerSeries], requests: list) -> dict[str, Any] | None:
         """The roofline decode step at the batch the engine ran (mean running requests per
@@ -274,11 +273,12 @@ class Orchestrator:
         return planner.decode_step(batch, context)
 
 
-def cell_line(cell: Cell, data: dict[str, Any]) -> str:
+def cell_line(cell: Cell, record: CellRecord) -> str:
     """The progress line of a finished cell."""
-    r = data["result"]
-    return (f"  {cell.label}: {r['completed']} ok, {r['failed']} failed, "
-            f"{r['output_throughput']:.1f} out tok/s, mean TTFT {r['mean_ttft_ms']:.1f} ms")
+    r = record.result
+    ttft = "-" if r.mean_ttft_ms is None else f"{r.mean_ttft_ms:.1f}"
+    return (f"  {cell.label}: {r.completed} ok, {r.failed} failed, "
+            f"{r.output_throughput:.1f} out tok/s, mean TTFT {ttft} ms")
 
 
 def resume_identity(spec_dump: dict[str, Any]) -> dict[str, Any]:

@@ -5,8 +5,9 @@
     DIR/arms/<arm>/status.json              started | done | failed (+ reason), startup
                                             figures of each replica, engine version
     DIR/arms/<arm>/logs/                    engine (and router) logs
-    DIR/cells/<arm>/<workload>/<load>.json  one finished cell: result JSON (with per-request
-                                            details), server metrics, the arm's memory lines
+    DIR/cells/<arm>/<workload>/<load>.json  one finished cell (`CellRecord`): result JSON
+                                            (with per-request details), server metrics, the
+                                            arm's memory lines
 
 A file is written to a temporary name in its directory and renamed over the target
 (`os.replace`), so a run killed at any moment leaves either the old file, the new one, or a
@@ -16,26 +17,22 @@ finished cell, which is what makes resuming exact: a cell is done iff its file e
 
 from __future__ import annotations
 
-import json
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from servelab.errors import ServelabError
-from servelab.storage import TMP_SUFFIX, write_json_atomic
+from servelab.experiment.cellrecord import CellRecord
+from servelab.storage import TMP_SUFFIX, read_json, write_json_atomic
 
 ArmState = Literal["started", "done", "failed"]
 
 
-def read_json(path: Path) -> Any:
-    """A JSON file's content; `ServelabError` naming the file when it cannot be read."""
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ServelabError(f"cannot read {path}: {exc.strerror or exc}") from None
-    except json.JSONDecodeError as exc:
-        raise ServelabError(f"{path}: line {exc.lineno}: not valid JSON ({exc.msg})") from None
+def read_cell_file(path: Path) -> CellRecord:
+    """The cell record in `path`; `ServelabError` naming the file (unreadable, not JSON,
+    not a cell file, the key that is wrong)."""
+    return CellRecord.parse(read_json(path), str(path))
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,14 +111,20 @@ class ExperimentStore:
     def has_cell(self, arm: str, workload: str, load: str) -> bool:
         return self.cell_path(arm, workload, load).exists()
 
-    def write_cell(self, arm: str, workload: str, load: str, data: dict[str, Any]) -> Path:
-        path = self.cell_path(arm, workload, load)
-        write_json_atomic(path, data)
+    def write_cell(self, record: CellRecord) -> Path:
+        """Store one finished cell (atomically; its file says the cell is done)."""
+        c = record.cell
+        path = self.cell_path(c.arm, c.workload, c.load)
+        write_json_atomic(path, record.to_json())
         return path
 
-    def read_cell(self, arm: str, workload: str, load: str) -> dict[str, Any] | None:
+    def read_cell(self, arm: str, workload: str, load: str) -> CellRecord | None:
         path = self.cell_path(arm, workload, load)
-        return read_json(path) if path.exists() else None
+        return read_cell_file(path) if path.exists() else None
+
+    def cells(self) -> list[tuple[Path, CellRecord]]:
+        """Every finished cell with its file, sorted by path."""
+        return [(path, read_cell_file(path)) for path in self.cell_files()]
 
     def cell_files(self) -> list[Path]:
         """Every finished cell's file, sorted."""

@@ -18,8 +18,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from servelab import __version__
 from servelab.errors import ServelabError
 from servelab.metrics.gpu import GpuSeries
-from servelab.metrics.result_file import load_result, load_results, write_result
+from servelab.metrics.result_file import StoredResult, load_results, read_result, read_results, write_result
 from servelab.metrics.scrape import ServerSeries, SpecDecodeStats
+from servelab.rate import rate_to_json
 
 __all__ = [
     "METRIC_NAMES",
@@ -37,8 +38,10 @@ __all__ = [
     "RpsChange",
     "RunInfo",
     "SlotWaitStats",
-    "load_result",
+    "StoredResult",
     "load_results",
+    "read_result",
+    "read_results",
     "parse_metadata",
     "write_result",
 ]
@@ -409,7 +412,7 @@ def _put_run_keys(out: dict[str, Any], run: RunInfo) -> None:
     out["num_prompts"] = run.num_prompts
     for key, value in run.metadata.items():
         out[key] = value
-    out["request_rate"] = "inf" if math.isinf(run.request_rate) else run.request_rate
+    out["request_rate"] = rate_to_json(run.request_rate)
     out["burstiness"] = run.burstiness
     out["max_concurrency"] = run.max_concurrency
     if run.ramp_up_strategy is not None:

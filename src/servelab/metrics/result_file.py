@@ -1,4 +1,5 @@
-"""The result file: written atomically, appended as vLLM appends, read back tolerantly.
+"""The result file: written atomically, appended as vLLM appends, read back tolerantly,
+and read typed (`StoredResult`).
 
 `servelab.metrics.result` re-exports these functions beside the schema they store.
 """
@@ -9,8 +10,101 @@ import json
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
 from servelab.errors import ServelabError
+from servelab.rate import RequestRate, rate_from_json
 from servelab.storage import write_atomic
+
+
+class StoredResultExtras(BaseModel):
+    """The result's ``servelab`` section, the keys its readers use (the rest kept)."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    version: str | None = None
+    tokenizer: str | None = None
+    seed: int | None = None
+    partial: bool = False
+    trap_notes: list[str] = Field(default_factory=list)
+
+
+class StoredResult(BaseModel):
+    """A result JSON object as read back: vLLM's `bench serve` keys (durations in s,
+    latencies in ms, throughputs per s, the rate in requests/s with "inf" read as
+    infinity), typed where servelab reads them.
+
+    The format is vLLM's and open (``--metadata`` keys land at its top level, and the
+    percentile keys follow ``--metric-percentiles``), so other keys are kept, untyped, and
+    written back as they were (`to_json`); a file vLLM wrote reads the same way.
+    """
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    date: str | None = None
+    backend: str | None = None
+    label: str | None = None
+    model_id: str | None = None
+    tokenizer_id: str | None = None
+    num_prompts: int | None = None
+    request_rate: RequestRate | None = None
+    burstiness: float | None = None
+    max_concurrency: int | None = None
+    duration: float
+    completed: int
+    failed: int = 0
+    total_input_tokens: int
+    total_output_tokens: int
+    request_throughput: float
+    request_goodput: float | None = None
+    output_throughput: float
+    total_token_throughput: float
+    mean_ttft_ms: float | None = None
+    mean_tpot_ms: float | None = None
+    mean_itl_ms: float | None = None
+    mean_e2el_ms: float | None = None
+    ttfts: list[float] | None = None  # s, per request (--save-detailed)
+    itls: list[list[float]] | None = None  # s
+    errors: list[str] | None = None
+    spec_decode_num_drafts: int | None = None
+    spec_decode_draft_tokens: int | None = None
+    spec_decode_accepted_tokens: int | None = None
+    spec_decode_per_position_acceptance_rates: list[float] | None = None
+    servelab: StoredResultExtras | None = None
+
+    @classmethod
+    def parse(cls, data: object, where: str) -> StoredResult:
+        """`data` (one JSON object) as a result; `ServelabError` naming `where` and the key."""
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            key = ".".join(str(p) for p in err["loc"]) or "(top level)"
+            raise ServelabError(f"{where}: not a bench result: key {key}: {err['msg']}") from None
+
+    def number(self, key: str) -> float | None:
+        """A numeric key by name, typed or kept (e.g. ``p99_ttft_ms``); None when absent."""
+        value = getattr(self, key) if key in type(self).model_fields else (self.model_extra or {}).get(key)
+        if value is None or isinstance(value, bool):
+            return None
+        try:
+            return rate_from_json(value)
+        except ValueError:
+            return None
+
+    def percentiles_ms(self) -> dict[str, float]:
+        """The percentile keys present (``p99_ttft_ms`` -> ``p99_ttft``: ms)."""
+        return {k.removesuffix("_ms"): float(v) for k, v in (self.model_extra or {}).items()
+                if k.startswith("p") and k.endswith("_ms") and isinstance(v, (int, float))
+                and not isinstance(v, bool)}
+
+    @property
+    def seed(self) -> int | None:
+        return self.servelab.seed if self.servelab else None
+
+    def to_json(self) -> dict[str, Any]:
+        """The object as read (keys not in the file stay out; inf as "inf")."""
+        return self.model_dump(mode="json", exclude_unset=True)
 
 
 def write_result(path: Path, result_json: dict[str, Any], append: bool) -> None:
@@ -66,6 +160,14 @@ def load_results(path: Path) -> list[dict[str, Any]]:
     return results
 
 
-def load_result(path: Path) -> dict[str, Any]:
-    """The latest result in a file (the last line of an appended file)."""
-    return load_results(path)[-1]
+
+
+def read_results(path: Path) -> list[StoredResult]:
+    """Every result in a file (see `load_results`), typed; `ServelabError` naming the file
+    and the key when one is not a bench result."""
+    return [StoredResult.parse(obj, f"{path} (result {i + 1})") for i, obj in enumerate(load_results(path))]
+
+
+def read_result(path: Path) -> StoredResult:
+    """The latest result in a file (the last line of an appended file), typed."""
+    return read_results(path)[-1]

@@ -19,6 +19,7 @@ import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
 from servelab.errors import ServelabError
+from servelab.metrics.result_file import StoredResult
 
 # Snapshot field -> sample names, in order of preference (the first present wins, so a
 # server exposing both a current and a deprecated name is not counted twice).
@@ -170,14 +171,14 @@ def _spec_decode(samples: tuple[TimedSnapshot, ...]) -> SpecDecodeStats | None:
     return spec_decode_stats(drafts, proposed, accepted, per_pos)
 
 
-def stored_spec_decode(result: dict[str, Any], servers: list[dict[str, Any]]) -> SpecDecodeStats | None:
+def stored_spec_decode(result: StoredResult, servers: list[dict[str, Any]]) -> SpecDecodeStats | None:
     """A stored cell's speculative decoding: its result's vLLM keys, else (cells stored
     before the result carried them) its server series' counters summed over replicas."""
-    if "spec_decode_num_drafts" in result:
-        drafts = float(result["spec_decode_num_drafts"])
-        per_pos = tuple(float(x) * drafts for x in result.get("spec_decode_per_position_acceptance_rates") or ())
-        return spec_decode_stats(drafts, float(result["spec_decode_draft_tokens"]),
-                                 float(result["spec_decode_accepted_tokens"]), per_pos)
+    if result.spec_decode_num_drafts is not None:
+        drafts = float(result.spec_decode_num_drafts)
+        per_pos = tuple(float(x) * drafts for x in result.spec_decode_per_position_acceptance_rates or ())
+        return spec_decode_stats(drafts, float(result.spec_decode_draft_tokens or 0),
+                                 float(result.spec_decode_accepted_tokens or 0), per_pos)
     found = [s.get("spec_decode") for s in servers if isinstance(s, dict)]
     return combine_spec_decode([SpecDecodeStats(**{**d, "per_position_acceptance": tuple(d["per_position_acceptance"])})
                                 for d in found if d])

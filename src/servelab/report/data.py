@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from servelab.diagnosis import RooflineStep
-from servelab.errors import ServelabError
-from servelab.experiment.store import ArmStatus, ExperimentStore, read_json
+from servelab.experiment.cellrecord import CellRecord
+from servelab.experiment.store import ArmStatus, ExperimentStore
+from servelab.metrics.result_file import StoredResult
 from servelab.metrics.scrape import drafted_share, stored_spec_decode
 from servelab.metrics.server_figures import ServerFigures
 
@@ -120,42 +121,42 @@ class ExperimentData:
         return next(a for a in self.arms if a.name == name)
 
 
-def cell_figures(data: dict[str, Any]) -> CellFigures:
-    """Figures of one stored cell (the dict a cell file holds)."""
-    cell, res = data["cell"], data["result"]
-    rate = cell.get("request_rate")
-    pct = {k.removesuffix("_ms"): float(v) for k, v in res.items()
-           if k.startswith("p") and k.endswith("_ms") and isinstance(v, (int, float))}
-    server = ServerFigures.over_replicas([ServerFigures.of_stored(s) for s in data.get("servers") or []],
-                                         (data.get("extras") or {}).get("preemptions"))
-    errors = res.get("errors") or []
+def cell_figures(record: CellRecord) -> CellFigures:
+    """Figures of one stored cell."""
+    cell, res = record.cell, record.result
+    server = ServerFigures.over_replicas([ServerFigures.of_stored(s) for s in record.servers],
+                                         record.extras.get("preemptions"))
+    errors = res.errors or []
     return CellFigures(
-        arm=cell["arm"], workload=cell["workload"], load=cell["load"],
-        concurrency=cell.get("concurrency"),
-        request_rate=math.inf if rate in (None, "inf") else float(rate),
-        total_tok_s=res["total_token_throughput"], output_tok_s=res["output_throughput"],
-        request_s=res["request_throughput"], goodput_s=res.get("request_goodput"),
-        mean_ttft_ms=res["mean_ttft_ms"], p99_ttft_ms=res.get("p99_ttft_ms", math.nan),
-        mean_itl_ms=res["mean_itl_ms"], p99_itl_ms=res.get("p99_itl_ms", math.nan),
-        mean_tpot_ms=res["mean_tpot_ms"], duration_s=res["duration"],
-        completed=res["completed"], failed=res["failed"], percentiles=pct,
-        ttfts_ms=tuple(t * 1e3 for t, e in zip(res.get("ttfts") or [], errors) if not e),
-        itls_ms=tuple(g * 1e3 for row in (res.get("itls") or []) for g in row),
-        server=server, roofline=RooflineStep.of(data.get("roofline")),
-        trap_notes=tuple((res.get("servelab") or {}).get("trap_notes") or ()),
-        mean_input_len=_per_request(res, "total_input_tokens"),
-        mean_output_len=_per_request(res, "total_output_tokens"),
-        spec=_spec_figures(res, data.get("servers") or []),
+        arm=cell.arm, workload=cell.workload, load=cell.load,
+        concurrency=cell.concurrency, request_rate=cell.request_rate,
+        total_tok_s=res.total_token_throughput, output_tok_s=res.output_throughput,
+        request_s=res.request_throughput, goodput_s=res.request_goodput,
+        mean_ttft_ms=_latency(res.mean_ttft_ms), p99_ttft_ms=_latency(res.number("p99_ttft_ms")),
+        mean_itl_ms=_latency(res.mean_itl_ms), p99_itl_ms=_latency(res.number("p99_itl_ms")),
+        mean_tpot_ms=_latency(res.mean_tpot_ms), duration_s=res.duration,
+        completed=res.completed, failed=res.failed, percentiles=res.percentiles_ms(),
+        ttfts_ms=tuple(t * 1e3 for t, e in zip(res.ttfts or [], errors) if not e),
+        itls_ms=tuple(g * 1e3 for row in (res.itls or []) for g in row),
+        server=server, roofline=RooflineStep.of(record.roofline),
+        trap_notes=tuple(res.servelab.trap_notes if res.servelab else ()),
+        mean_input_len=_per_request(res.total_input_tokens, res.completed),
+        mean_output_len=_per_request(res.total_output_tokens, res.completed),
+        spec=_spec_figures(res, record.servers),
     )
 
 
-def _per_request(res: dict[str, Any], key: str) -> float:
-    """Tokens per completed request (0 for a file without the key or any completion)."""
-    done = res.get("completed") or 0
-    return float(res.get(key) or 0) / done if done else 0.0
+def _latency(value: float | None) -> float:
+    """A latency the result may not carry (not among --percentile-metrics) as NaN."""
+    return math.nan if value is None else value
 
 
-def _spec_figures(res: dict[str, Any], servers: list[dict[str, Any]]) -> SpecFigures | None:
+def _per_request(tokens: int, completed: int) -> float:
+    """Tokens per completed request (0 without any completion)."""
+    return float(tokens) / completed if completed else 0.0
+
+
+def _spec_figures(res: StoredResult, servers: list[dict[str, Any]]) -> SpecFigures | None:
     sd = stored_spec_decode(res, servers)
     if sd is None:
         return None
@@ -163,19 +164,14 @@ def _spec_figures(res: dict[str, Any], servers: list[dict[str, Any]]) -> SpecFig
         acceptance_rate_pct=sd.acceptance_rate_pct, acceptance_length=sd.acceptance_length,
         per_position=sd.per_position_acceptance, num_drafts=sd.num_drafts,
         draft_tokens=sd.draft_tokens, accepted_tokens=sd.accepted_tokens,
-        proposal_rate=drafted_share(sd, res["total_output_tokens"], res["completed"]))
+        proposal_rate=drafted_share(sd, res.total_output_tokens, res.completed))
 
 
 def load_experiment(root: Path) -> ExperimentData:
     """Read an experiment directory (`ServelabError` when it is not one)."""
     store = ExperimentStore(Path(root))
     manifest = store.read_manifest()
-    cells = []
-    for path in store.cell_files():
-        try:
-            cells.append(cell_figures(read_json(path)))
-        except (KeyError, TypeError) as exc:
-            raise ServelabError(f"{path}: not a servelab cell file (missing {exc})") from None
+    cells = [cell_figures(record) for _, record in store.cells()]
     arms = []
     for arm in manifest["spec"]["arms"]:
         name = arm["name"]

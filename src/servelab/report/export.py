@@ -16,14 +16,13 @@ import importlib.util
 
 import csv
 import io
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from servelab.errors import ServelabError
-from servelab.experiment.store import ExperimentStore, read_json
+from servelab.experiment.store import ExperimentStore
 from servelab.metrics.server_figures import ServerFigures
 from servelab.report.data import cell_figures
 from servelab.storage import write_atomic
@@ -84,24 +83,17 @@ def cell_rows(root: Path) -> list[CellRow]:
     arm_order = {a["name"]: i for i, a in enumerate(spec["arms"])}
     workload_order = {w["name"]: i for i, w in enumerate(spec["workloads"])}
     keyed: list[tuple[tuple[int, int, bool, float], CellRow]] = []
-    for path in store.cell_files():
-        stored = read_json(path)
-        try:
-            cell, result = stored["cell"], stored["result"]
-            server = cell_figures(stored).server  # the figures exactly as the report reads them
-            arm, workload, load = (str(cell[k]) for k in IDENTITY)
-        except (KeyError, TypeError) as exc:
-            raise ServelabError(f"{path}: not a servelab cell file (missing {exc})") from None
+    for _, record in store.cells():
+        c = record.cell
+        server = cell_figures(record).server  # the figures exactly as the report reads them
         # The cell record first, then the result: where both name a key (request_rate,
         # burstiness, ...) the result's measured record wins; identity stays the cell's.
-        columns = {**_scalars(cell), **_scalars(result), **_server_columns(server),
-                   "arm": arm, "workload": workload, "load": load}
-        rate = cell.get("request_rate")
-        x = cell.get("concurrency")
-        x = float(x) if x is not None else (math.inf if rate in (None, "inf") else float(rate))
-        order = (arm_order.get(arm, len(arm_order)), workload_order.get(workload, len(workload_order)),
-                 cell.get("concurrency") is None, x)
-        keyed.append((order, CellRow(arm, workload, load, columns)))
+        columns = {**_scalars(c.model_dump(mode="json")), **_scalars(record.result.to_json()),
+                   **_server_columns(server), "arm": c.arm, "workload": c.workload, "load": c.load}
+        x = float(c.concurrency) if c.concurrency is not None else c.request_rate
+        order = (arm_order.get(c.arm, len(arm_order)), workload_order.get(c.workload, len(workload_order)),
+                 c.concurrency is None, x)
+        keyed.append((order, CellRow(c.arm, c.workload, c.load, columns)))
     return [row for _, row in sorted(keyed, key=lambda kv: kv[0])]
 
 

@@ -36,7 +36,7 @@ import numpy as np
 from servelab.client.workers import direct_shares
 from servelab.errors import ServelabError
 from servelab.metrics.records import RequestRecord
-from servelab.metrics.result import load_result
+from servelab.metrics.result_file import StoredResult, read_results
 from servelab.metrics.summary import SummaryOptions, summarize
 from servelab.sim.cost import Calibration
 from servelab.sim.runner import PreparedWorkload, prepare_workload, simulate_prepared
@@ -77,23 +77,12 @@ def _trial(opts: SimOptions, target: Target, cal: Calibration) -> SimOptions:
     return replace(target.options or opts, calibration=cal)
 
 
-def _number(data: dict, key: str, path: Path) -> float | None:
-    value = data.get(key)
-    if value is None:
-        return None
-    if value == "inf":
-        return math.inf
-    if not isinstance(value, (int, float)):
-        raise ServelabError(f"{path}: key {key!r} is {value!r}, not a number")
-    return float(value)
-
-
 # Relative difference of the rebuilt workload's token totals from the recorded ones above
 # which calibrate says the result was measured on other traffic than it simulates.
 TOKEN_TOTALS_TOLERANCE = 0.01
 
 
-def token_totals_note(name: str, data: dict, wl: PreparedWorkload) -> str | None:
+def token_totals_note(name: str, result: StoredResult, wl: PreparedWorkload) -> str | None:
     """A warning when `wl`'s prompt or output token totals differ from the result's
     `total_input_tokens` / `total_output_tokens` by more than 1 % (other dataset, seed,
     tokenizer or lengths than measured: the fit would explain the wrong traffic)."""
@@ -101,8 +90,8 @@ def token_totals_note(name: str, data: dict, wl: PreparedWorkload) -> str | None
                "total_output_tokens": sum(r.output_len for r in wl.requests)}
     off = []
     for key, got in rebuilt.items():
-        want = data.get(key)
-        if isinstance(want, (int, float)) and want > 0 and abs(got - want) > TOKEN_TOTALS_TOLERANCE * want:
+        want = getattr(result, key)
+        if want > 0 and abs(got - want) > TOKEN_TOTALS_TOLERANCE * want:
             off.append(f"{key} {got:,} rebuilt vs {int(want):,} measured ({100 * (got - want) / want:+.1f} %)")
     if not off:
         return None
@@ -117,27 +106,27 @@ def load_targets(paths: Sequence[Path], dataset: DatasetOptions, seed: int,
     `notes` gets a warning per result whose rebuilt token totals are off (`token_totals_note`)."""
     targets = []
     for path in paths:
-        data = load_result(path)
-        measured = {k: v for k in FIT_METRICS if (v := _number(data, k, path)) is not None}
+        result = read_results(path)[-1]
+        measured = {k: v for k in FIT_METRICS if (v := result.number(k)) is not None}
         if not measured:
             raise ServelabError(f"{path}: none of {', '.join(FIT_METRICS)} is in this result")
-        extras = data.get("servelab") or {}
-        run_seed = extras.get("seed") if isinstance(extras.get("seed"), int) else seed
+        run_seed = result.seed if result.seed is not None else seed
         ds_update: dict[str, object] = {}
-        if (n := _number(data, "num_prompts", path)) is not None:
-            ds_update["num_prompts"] = int(n)
-        tok = extras.get("tokenizer")
-        if isinstance(tok, str) and dataset.tokenizer is None and not tok.startswith("builtin:"):
+        if result.num_prompts is not None:
+            ds_update["num_prompts"] = result.num_prompts
+        tok = result.servelab.tokenizer if result.servelab else None
+        if tok is not None and dataset.tokenizer is None and not tok.startswith("builtin:"):
             ds_update["tokenizer"] = tok
         ds = dataset.model_copy(update=ds_update)
         arr_update: dict[str, float] = {}
-        for key in ("request_rate", "burstiness"):
-            if (v := _number(data, key, path)) is not None:
-                arr_update[key] = v
+        if result.request_rate is not None:
+            arr_update["request_rate"] = result.request_rate
+        if result.burstiness is not None:
+            arr_update["burstiness"] = result.burstiness
         arr = arrivals.model_copy(update=arr_update)
-        conc = _number(data, "max_concurrency", path)
+        conc = result.max_concurrency
         wl = prepare_workload(ds, run_seed, arr)
-        note = token_totals_note(path.name, data, wl)
+        note = token_totals_note(path.name, result, wl)
         if note is not None and notes is not None:
             notes.append(note)
         targets.append(Target(path.name, measured, wl, run_seed,

@@ -11,7 +11,6 @@ calibration can be fitted across arms and workloads in one call.
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from servelab.errors import ServelabError
+from servelab.metrics.result_file import StoredResult
 from servelab.metrics.scrape import drafted_share, stored_spec_decode
 from servelab.sim.calibrate import FIT_METRICS, Target
 from servelab.sim.runner import PreparedWorkload, prepare_workload
@@ -75,7 +75,7 @@ def arm_options(spec: Any, arm: Any, override: tuple[str, str | None] | None,
                       speculative=arm.speculative, nodes=node_layout_of(spec))
 
 
-def measured_speculation(spec: SpeculativeConfig, result: dict[str, Any],
+def measured_speculation(spec: SpeculativeConfig, result: StoredResult,
                          servers: list[dict[str, Any]]) -> SpeculativeConfig:
     """`spec` with the acceptance a measured cell counted, its share of drafted decode
     steps and its mean proposal length: the simulator then draws what vLLM proposed and
@@ -83,13 +83,9 @@ def measured_speculation(spec: SpeculativeConfig, result: dict[str, Any],
     sd = stored_spec_decode(result, servers)
     if sd is None:  # no counters (SGLang, a failed scrape): keep the arm's own acceptance
         return spec
-    share = drafted_share(sd, float(result["total_output_tokens"]), float(result["completed"]))
+    share = drafted_share(sd, float(result.total_output_tokens), float(result.completed))
     return spec.with_measured(sd.per_position_acceptance, share if share is not None else 1.0,
                               sd.draft_tokens / sd.num_drafts if sd.num_drafts else None)
-
-
-def _rate(value: Any) -> float:
-    return math.inf if value in ("inf", None) else float(value)
 
 
 def experiment_targets(root: Path, arms: Sequence[str] = (), loads: Sequence[str] = (),
@@ -100,7 +96,7 @@ def experiment_targets(root: Path, arms: Sequence[str] = (), loads: Sequence[str
     Cells whose every request failed have no latency to fit and are skipped (named in
     `notes`). Raises `ServelabError` naming an unknown arm or load, or a bad cell file."""
     from servelab.experiment.spec import DIRECT
-    from servelab.experiment.store import ExperimentStore, read_json
+    from servelab.experiment.store import ExperimentStore
 
     spec = _spec(root)
     arm_names = [a.name for a in spec.arms]
@@ -111,19 +107,14 @@ def experiment_targets(root: Path, arms: Sequence[str] = (), loads: Sequence[str
     prepared: dict[tuple[str, str], PreparedWorkload] = {}
     targets: list[Target] = []
     seen_loads: set[str] = set()
-    for path in ExperimentStore(root).cell_files():
-        data = read_json(path)
-        try:
-            cell, result = data["cell"], data["result"]
-            arm, workload, load = cell["arm"], cell["workload"], cell["load"]
-        except (KeyError, TypeError):
-            raise ServelabError(f"{path}: not a cell file (no cell/result)") from None
+    for _, record in ExperimentStore(root).cells():
+        cell, result = record.cell, record.result
+        arm, workload, load = cell.arm, cell.workload, cell.load
         seen_loads.add(load)
         if (arms and arm not in arms) or (loads and load not in loads):
             continue
-        measured = {k: float(result[k]) for k in FIT_METRICS
-                    if isinstance(result.get(k), (int, float))}
-        if not result.get("completed") or not measured:
+        measured = {k: v for k in FIT_METRICS if (v := result.number(k)) is not None}
+        if not result.completed or not measured:
             if notes is not None:
                 notes.append(f"{arm}/{workload}/{load}: no completed request, skipped")
             continue
@@ -133,19 +124,16 @@ def experiment_targets(root: Path, arms: Sequence[str] = (), loads: Sequence[str
         opts = options[arm]
         if opts.speculative is not None:  # the acceptance this cell measured
             opts = dataclasses.replace(opts, speculative=measured_speculation(
-                opts.speculative, result, data.get("servers") or []))
+                opts.speculative, result, record.servers))
         key = (workload, load)
         if key not in prepared:
-            extras = result.get("servelab") or {}
-            tok = extras.get("tokenizer")
-            tokenizer = tok if isinstance(tok, str) and not tok.startswith("builtin:") else None
-            dataset = spec.workload(workload).dataset(int(cell["num_prompts"]), tokenizer)
-            arrivals = ArrivalOptions(request_rate=_rate(cell.get("request_rate")),
-                                      burstiness=float(cell.get("burstiness") or 1.0))
-            prepared[key] = prepare_workload(dataset, int(cell["seed"]), arrivals)
-        conc = cell.get("max_concurrency")
-        targets.append(Target(f"{arm}/{workload}/{load}", measured, prepared[key], int(cell["seed"]),
-                              int(conc) if conc else None, int(cell.get("num_warmups") or 0),
+            tok = result.servelab.tokenizer if result.servelab else None
+            tokenizer = tok if tok is not None and not tok.startswith("builtin:") else None
+            dataset = spec.workload(workload).dataset(cell.num_prompts, tokenizer)
+            arrivals = ArrivalOptions(request_rate=cell.request_rate, burstiness=cell.burstiness)
+            prepared[key] = prepare_workload(dataset, cell.seed, arrivals)
+        targets.append(Target(f"{arm}/{workload}/{load}", measured, prepared[key], cell.seed,
+                              cell.max_concurrency or None, cell.num_warmups,
                               opts, direct=spec.arm(arm).routing == DIRECT))
     for load in loads:
         if load not in seen_loads:
