@@ -21,7 +21,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from servelab.errors import ServelabError
+from servelab.errors import ServelabError, first_problem
 from servelab.metrics.result_file import StoredResult
 from servelab.rate import RequestRate
 
@@ -100,7 +100,5 @@ class CellRecord(_Record):
         try:
             return cls.model_validate(data)
         except ValidationError as exc:
-            err = exc.errors()[0]
-            key = ".".join(str(p) for p in err["loc"]) or "(top level)"
-            raise ServelabError(f"{where}: not a servelab cell file: key {key}: {err['msg']}") from None
+            raise ServelabError(f"{where}: not a servelab cell file: {first_problem(exc)}") from None
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from servelab.errors import ServelabError
+from servelab.errors import ServelabError, first_problem
 from servelab.rate import RequestRate, rate_from_json
 from servelab.storage import write_atomic
 
@@ -78,9 +78,7 @@ class StoredResult(BaseModel):
         try:
             return cls.model_validate(data)
         except ValidationError as exc:
-            err = exc.errors()[0]
-            key = ".".join(str(p) for p in err["loc"]) or "(top level)"
-            raise ServelabError(f"{where}: not a bench result: key {key}: {err['msg']}") from None
+            raise ServelabError(f"{where}: not a bench result: {first_problem(exc)}") from None
 
     def number(self, key: str) -> float | None:
         """A numeric key by name, typed or kept (e.g. ``p99_ttft_ms``); None when absent."""

@@ -21,7 +21,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from servelab.errors import ServelabError
+from servelab.errors import ServelabError, first_problem
 from servelab.storage import read_json
 
 SCHEMA = "servelab.kernel-profile/1"
@@ -140,9 +140,7 @@ class KernelProfile(_Record):
         try:
             return cls.model_validate(data)
         except ValidationError as exc:
-            err = exc.errors()[0]
-            loc = ".".join(str(p) for p in err["loc"])
-            raise ServelabError(f"{flag}: {path}: {loc}: {err['msg']}") from exc
+            raise ServelabError(f"{flag}: {path}: {first_problem(exc)}") from exc
 
     def to_json(self) -> str:
         return json.dumps(self.model_dump(mode="json", by_alias=True), indent=1) + "\n"
