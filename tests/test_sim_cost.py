@@ -19,9 +19,11 @@ from servelab.models.weights import checkpoint_bytes
 from servelab.plan import EngineArgs
 from servelab.plan.args import uses_v1_model_runner
 from servelab.sim.calibrate import nelder_mead
+from servelab.experiment.store import ExperimentStore
 from servelab.sim.cost import (
     H200_API_SERVER,
     H200_DRAFT_LAYER_US,
+    H200_SYNC_PIECEWISE_LAYER_US,
     Calibration,
     OperatorCostModel,
     default_calibration,
@@ -288,6 +290,18 @@ def test_the_shipped_drafter_figure_is_what_its_engine_trace_gives() -> None:
     assert [r[0] for r in rows] == [1, 16]
     assert H200_DRAFT_LAYER_US == mod.draft_layer_us(rows)
     assert default_calibration("H200").draft_layer_us == H200_DRAFT_LAYER_US
+
+
+def test_the_shipped_piecewise_figure_is_what_its_forced_graph_modes_give() -> None:
+    # H200_SYNC_PIECEWISE_LAYER_US is a measurement: the same arm with vLLM forced to
+    # piecewise and to full CUDA graphs, c1..c16; steps.py derives it from the stored cells.
+    mod = _validation_module("docs/validation/spec-steps-2026-12-02/steps.py", "steps_summarise")
+    root = Path(__file__).resolve().parents[1] / "docs/validation/spec-steps-2026-12-02/results/exp"
+    rows, mean = mod.piecewise_layer_us(ExperimentStore(root))
+    assert [r[0] for r in rows] == ["c1", "c2", "c4", "c8", "c16"]
+    assert all(piece > full for _, full, piece, _ in rows)
+    assert H200_SYNC_PIECEWISE_LAYER_US == mean
+    assert default_calibration("H200").sync_piecewise_layer_us == H200_SYNC_PIECEWISE_LAYER_US
 
 
 def test_the_shipped_api_server_figures_are_the_ones_its_probes_give() -> None:

@@ -38,7 +38,12 @@ DRAFTER_GRAPH_METHODS: frozenset[str] = ASYNC_METHODS
 
 # Keys of this record that only servelab reads (the simulator's inputs); the rest are
 # vLLM's `--speculative-config` keys, passed as they are.
-SERVELAB_KEYS = frozenset({"acceptance", "proposal_rate", "proposal_tokens"})
+SERVELAB_KEYS = frozenset({"acceptance", "proposal_rate", "proposal_tokens", "warmup_steps", "short_steps"})
+# Methods whose proposals come from the sequence's own text: they miss, or run short, until
+# its text recurs, so a sequence's misses come first. Measured (vLLM 0.25.1's CUDA-graph
+# metrics, n-gram K = 6 on an H200, docs/validation/spec-steps-2026-12-02): each request's
+# first two decode steps carry no draft, the next two a 2-token one, every later one all 6.
+TEXT_METHODS: frozenset[str] = frozenset({"ngram", "suffix"})
 
 
 class SpeculativeConfig(BaseModel):
@@ -68,6 +73,11 @@ class SpeculativeConfig(BaseModel):
     proposal_tokens: float | None = Field(
         None, ge=1, description="mean tokens per proposal (vLLM's draft tokens / drafts); "
         "default num_speculative_tokens: every proposal whole")
+    warmup_steps: float | None = Field(None, ge=0, description=(
+        "decode steps at the start of each sequence without a proposal; with short_steps, "
+        "a sequence's misses come first instead of at random (proposal_rate then unused)"))
+    short_steps: float | None = Field(None, ge=0, description=(
+        "the decode steps after warmup_steps whose proposals are shorter than K"))
 
     @model_validator(mode="after")
     def _consistent(self) -> SpeculativeConfig:
@@ -110,12 +120,15 @@ class SpeculativeConfig(BaseModel):
         return self.method in DRAFTER_GRAPH_METHODS
 
     def with_measured(self, per_position: tuple[float, ...] | list[float],
-                      proposal_rate: float, proposal_tokens: float | None = None) -> SpeculativeConfig:
+                      proposal_rate: float, proposal_tokens: float | None = None,
+                      drafts_per_seq: float | None = None) -> SpeculativeConfig:
         """This config with an acceptance vLLM counted (per position, cut or padded with 0
         to K, rounding noise that rises with the position flattened), its share of drafted
         decode steps and its mean tokens per proposal, for the simulator to draw from;
         synthetic sampling keys are dropped (what they enforced is now in the counted
-        rates)."""
+        rates). For a text method (`TEXT_METHODS`) with `drafts_per_seq` (drafts per
+        completed request), the steps without a draft and those with a short proposal
+        become each sequence's first ones (`warmup_steps`, `short_steps`)."""
         k = self.num_speculative_tokens
         rates: list[float] = []
         for r in list(per_position)[:k]:
@@ -123,9 +136,20 @@ class SpeculativeConfig(BaseModel):
         rates += [0.0] * (k - len(rates))
         data = self.model_dump(exclude={"rejection_sample_method", "synthetic_acceptance_rates"})
         tokens = None if proposal_tokens is None else min(float(k), max(1.0, proposal_tokens))
+        rate = min(1.0, max(proposal_rate, 1e-6))
+        order: dict[str, float | None] = {"warmup_steps": None, "short_steps": None}
+        if drafts_per_seq is not None and self.method in TEXT_METHODS:
+            whole = split_acceptance(rates, float(k) if tokens is None else tokens).full_share(k)
+            order = {"warmup_steps": drafts_per_seq * (1.0 / rate - 1.0),
+                     "short_steps": drafts_per_seq * (1.0 - whole)}
         return SpeculativeConfig.model_validate(
-            {**data, "acceptance": rates, "proposal_rate": min(1.0, max(proposal_rate, 1e-6)),
-             "proposal_tokens": tokens})
+            {**data, "acceptance": rates, "proposal_rate": rate, "proposal_tokens": tokens, **order})
+
+    @property
+    def misses_first(self) -> bool:
+        """Whether a sequence's steps without a proposal and its short proposals come first
+        (`warmup_steps` / `short_steps` given) rather than at random."""
+        return self.warmup_steps is not None or self.short_steps is not None
 
     def proposals(self) -> Proposals | None:
         """How long proposals are and how their positions are accepted (None when the

@@ -9,9 +9,13 @@ drafted: `servelab.sim.experiment_targets.measured_speculation`). The one new re
 the CPU time per step that synchronous scheduling exposes (`cpu_step_ms`,
 `cpu_per_seq_us`; named sync_step_overhead_ms / sync_per_seq_us when this ran), is fitted with `--fit-arm` on that arm's cells only (the non-speculative
 `sync` arm: vLLM with --no-async-scheduling), then the CPU time per sequence that the V1
-model runner spends on speculation (`spec_per_seq_us`) on the cells of `--spec-fit-arm`
-(ngram-k2) only; every other figure is the shipped H200 default, and the other speculative
-arms (ngram-k6, draft-k4) are held out of every fit. Writes simcheck.json and table.md here.
+model runner spends on speculation (`spec_step_us` per step, `spec_per_seq_us` per
+sequence; `spec_per_seq_us` alone until 2026-12-02) on the cells of `--spec-fit-arm`
+(ngram-k2) only; every other figure is the shipped H200 default (the piecewise-graph cost
+without asynchronous scheduling, `sync_piecewise_layer_us`, measured by
+../spec-steps-2026-12-02), and the other speculative arms (ngram-k6, draft-k4) are held out
+of every fit. `--arm` keeps only those arms' cells (the spec-steps run: `--arm k6
+--spec-fit-arm none`). Writes simcheck.json and table.md in `--out`.
 
 The cells name the model, tokenizer and ShareGPT file at their device paths
 (/tmp/gpu-x/payload/...): link the kit's payload there (`ln -sfn $PWD/.gpu/dl/payload
@@ -35,6 +39,8 @@ from servelab.storage import write_atomic
 HERE = Path(__file__).resolve().parent
 METRICS = ("output_throughput", "mean_tpot_ms", "mean_ttft_ms")
 SYNC_PARAMS = ("cpu_step_ms", "cpu_per_seq_us")
+SPEC_PARAMS = ("spec_step_us", "spec_per_seq_us")
+DECODE_METRICS = ("output_throughput", "mean_tpot_ms")
 
 
 def _pct(sim: float, meas: float) -> float:
@@ -48,10 +54,12 @@ def main() -> None:
         "arm whose cells fit cpu_step_ms / cpu_per_seq_us (the first run: sync; since "
         "2026-12-01's fifth run the shipped figures are held: none)"))
     ap.add_argument("--spec-fit-arm", default="ngram-k2")
+    ap.add_argument("--arm", action="append", default=[], help="only these arms' cells")
     ap.add_argument("--max-evals", type=int, default=30)
     ap.add_argument("--out", type=Path, default=HERE)
     a = ap.parse_args()
-    targets = experiment_targets(a.experiment)
+    targets = [t for t in experiment_targets(a.experiment)
+               if not a.arm or t.name.split("/")[0] in a.arm]
     for t in targets:
         t.measured = {k: v for k, v in t.measured.items() if k in METRICS}
     opts = targets[0].options
@@ -66,17 +74,24 @@ def main() -> None:
         cal = fit.calibration
     spec_set = [t for t in targets if t.name.split("/")[0] == a.spec_fit_arm]
     if spec_set:
-        start = cal.model_copy(update={"spec_per_seq_us": 20.0})
-        fit = calibrate(dataclasses.replace(opts, calibration=start), spec_set, a.max_evals,
-                        params=("spec_per_seq_us",))
+        start = cal.model_copy(update={"spec_per_seq_us": 20.0, "spec_step_us": 300.0})
+        # Decode-step costs, fitted on decode figures: TTFT carries the frontend gap of
+        # issue 14, which these two must not absorb.
+        decode_set = [dataclasses.replace(t, measured={k: v for k, v in t.measured.items()
+                                                       if k in DECODE_METRICS}) for t in spec_set]
+        fit = calibrate(dataclasses.replace(opts, calibration=start), decode_set, a.max_evals,
+                        params=SPEC_PARAMS)
         cal = fit.calibration
         fit_set = fit_set + spec_set
+    spec_from = (f"fitted on the cells of arm {a.spec_fit_arm}" if spec_set
+                 else "the shipped figures, fitted on the n-gram K = 2 arm of ../spec-decode-2026-12-01")
     rows = evaluate(opts, targets, cal)
     cells: dict[str, dict[str, dict[str, float]]] = {}
     for name, metric, meas, sim in rows:
         cells.setdefault(name, {})[metric] = {"measured": meas, "simulated": sim,
                                               "error_pct": round(_pct(sim, meas), 2)}
     fitted = {t.name for t in fit_set}
+    speculative = {t.name.split("/")[0] for t in targets if t.options and t.options.speculative}
     lines = ["| cell | set | output tok/s meas | sim | err % | mean TPOT ms meas | sim | err % | "
              "mean TTFT ms meas | sim | err % |", "|---|---|" + "---:|" * 9]
     summary: dict[str, list[float]] = {}
@@ -86,7 +101,7 @@ def main() -> None:
         # trace of this arm gives (servelab.sim.cost.H200_DRAFT_LAYER_US): not held out of that
         role = "fit" if name in fitted else (
             f"{arm}, drafter from its trace" if arm.startswith("draft")
-            else f"{arm}, held out" if arm.startswith(("ngram", "eagle")) else "not spec")
+            else f"{arm}, held out" if arm in speculative else "not spec")
         vals = []
         for k in METRICS:
             e = m.get(k)
@@ -103,9 +118,10 @@ def main() -> None:
                 if any(t.name.split("/")[0] == a.fit_arm for t in targets) else "the shipped figures")
     lines += ["", f"Residual: the shipped H200 default with cpu_step_ms "
               f"{cal.cpu_step_ms:.3f}, cpu_per_seq_us {cal.cpu_per_seq_us:.2f} "
-              f"({cpu_from}), spec_per_seq_us {cal.spec_per_seq_us:.2f} (fitted on the cells of "
-              f"arm {a.spec_fit_arm}) and draft_layer_us {cal.draft_layer_us:.1f} (the draft "
-              "model's engine trace, ../sim-host-2026-12-01)."]
+              f"({cpu_from}), sync_piecewise_layer_us {cal.sync_piecewise_layer_us:.1f} "
+              f"(measured, ../spec-steps-2026-12-02), spec_step_us {cal.spec_step_us:.1f} and "
+              f"spec_per_seq_us {cal.spec_per_seq_us:.2f} ({spec_from}) and draft_layer_us "
+              f"{cal.draft_layer_us:.1f} (the draft model's engine trace, ../sim-host-2026-12-01)."]
     write_atomic(a.out / "table.md", ("\n".join(lines) + "\n").encode())
     write_atomic(a.out / "simcheck.json", (json.dumps({
         "calibration": cal.model_dump(mode="json"), "fit_arm": a.fit_arm, "cells": cells},

@@ -29,7 +29,10 @@ step = PP x (GPU time of one stage x `gpu_time_scale`) + (PP - 1) activation hop
   max(the GPU path above, the CPU's work). A model whose GPU step is shorter is CPU-bound
   (OLMoE-1B-7B at batch 1: 1.52 ms of kernels in the engine's own trace, a 2.06 ms step).
   Without asynchronous scheduling (`--no-async-scheduling`, n-gram and draft-model
-  speculation) the two run one after the other and the CPU's work is added to every step;
+  speculation) the two run one after the other and the CPU's work is added to every step,
+  and a step on piecewise graphs adds `sync_piecewise_layer_us` per layer over a full
+  graph (its graph pieces and the attention between them run from Python with nothing to
+  hide behind; under asynchronous scheduling that work overlaps the previous step's);
 - speculative decoding (`SpecCost`): the target verifies 1 + draft tokens per decoding
   sequence in one forward (GEMM and logit rows grow with the drafts, weight reads do not),
   on a full CUDA graph only when every sequence carries a whole draft (vLLM's uniform
@@ -39,8 +42,10 @@ step = PP x (GPU time of one stage x `gpu_time_scale`) + (PP - 1) activation hop
   captures no full graph for drafters); a draft model gets none (vLLM 0.25.1 initialises
   the drafter's graph keys for EAGLE-type methods only) and launches every kernel, so a
   forward takes max(its kernels, its layers x `draft_layer_us`, the host's CPU time per
-  drafter layer). N-gram lookup runs on the CPU and is left out (well under 0.1 ms a step
-  at 64 sequences of 1k tokens: one linear scan per sequence).
+  drafter layer). The V1 runner's speculative path costs CPU per step (`spec_step_us`:
+  the proposer's call, the rejection sampler, the draft metadata) and per sequence
+  (`spec_per_seq_us`), both fitted per GPU host on one arm (n-gram K = 2) and held out on
+  the others; the n-gram lookup itself is a small part (one linear scan per sequence).
 """
 
 from __future__ import annotations
@@ -129,6 +134,12 @@ class Calibration(BaseModel):
     draft_layer_us: float = Field(0.0, ge=0, description=(
         "CPU time per drafter layer and forward where the drafter runs outside CUDA graphs "
         "(vLLM 0.25.1's draft_model method: every kernel launched from Python)"))
+    sync_piecewise_layer_us: float = Field(0.0, ge=0, description=(
+        "time per layer a step on piecewise CUDA graphs adds over a full graph when nothing "
+        "overlaps it (synchronous scheduling): graph pieces and attention run from Python"))
+    spec_step_us: float = Field(0.0, ge=0, description=(
+        "CPU time per step with speculative decoding on top of the engine's (vLLM's V1 "
+        "model runner: the proposer's call, the rejection sampler, the draft metadata)"))
     spec_per_seq_us: float = Field(0.0, ge=0, description=(
         "CPU time per sequence per step with speculative decoding (vLLM's V1 model runner: "
         "proposer, rejection-sampler inputs, draft bookkeeping)"))
@@ -163,8 +174,9 @@ class Calibration(BaseModel):
 # that run held out (docs/validation/sim-transfer-2026-12-01: `simcheck.py --fit`, which
 # writes cal-h200.json). The H200's cpu_step_ms and cpu_per_seq_us: fitted by the same
 # function on the synchronous arm of docs/validation/spec-decode-2026-12-01 (its first
-# protocol); spec_per_seq_us on its n-gram K = 2 arm with those held (simcheck.py, the
-# other speculative arms held out). L40S: no profile and no CPU figures of its host (sync
+# protocol); sync_piecewise_layer_us measured (below); spec_step_us and spec_per_seq_us on
+# its n-gram K = 2 arm with those held (simcheck.py, the other speculative arms and the
+# n-gram K = 6 arm of docs/validation/spec-steps-2026-12-02 held out). L40S: no profile and no CPU figures of its host (sync
 # and speculation costs 0: not measured); the seeds' row (docs/simulator.md, "Validation")
 # with the H200 host's launch, drafter and frontend costs.
 # vLLM 0.25.1's API server on the H200 host, measured where it binds (Qwen3-0.6B served;
@@ -182,9 +194,16 @@ H200_API_SERVER: Mapping[str, float] = MappingProxyType(dict(
 # vLLM 0.25.1's draft-model drafter on the H200 host: its forwards launch every kernel
 # (one CUDA-graph launch per step, the target's, in the engine's trace of a draft-model
 # step); what a verification step leaves after the target's verification, per drafter layer
-# and forward: 611 us at batch 1, 440 at batch 16 (Qwen3-14B with a Qwen3-0.6B-shaped draft
+# and forward: 604 us at batch 1, 429 at batch 16 (611 / 440 before the speculative path's
+# per-step CPU cost was priced, 2026-12-02) (Qwen3-14B with a Qwen3-0.6B-shaped draft
 # model, K = 4; docs/validation/sim-host-2026-12-01, `summarise.py`, which derives this mean).
-H200_DRAFT_LAYER_US = 525.8
+H200_DRAFT_LAYER_US = 516.8
+# vLLM 0.25.1 without asynchronous scheduling on the H200 host: what a step on piecewise
+# CUDA graphs costs over the same step on a full graph, per layer. Qwen3-14B, n-gram K = 6,
+# the prefix workload at c1..c16, forced to cudagraph_mode PIECEWISE vs FULL: mean chunk gap
+# 13.62 vs 11.59 ms at c1 ... 16.73 vs 13.61 at c16, i.e. 51, 41, 41, 31, 78 us per layer
+# over 40 layers, mean 48.4 (docs/validation/spec-steps-2026-12-02, `steps.py`).
+H200_SYNC_PIECEWISE_LAYER_US = 48.4
 DEFAULT_CALIBRATIONS: dict[str, Calibration] = {
     "L40S": Calibration(gpu_class="L40S", step_overhead_ms=2.44, per_seq_us=20.0,
                         request_overhead_ms=3.16, launch_us=85.7, **H200_API_SERVER,
@@ -194,10 +213,11 @@ DEFAULT_CALIBRATIONS: dict[str, Calibration] = {
                         per_seq_us=6.92, launch_us=85.7, request_overhead_ms=9.03,
                         **H200_API_SERVER, draft_layer_us=H200_DRAFT_LAYER_US,
                         cpu_step_ms=2.081, cpu_per_seq_us=16.70,
-                        spec_per_seq_us=73.79,
+                        sync_piecewise_layer_us=H200_SYNC_PIECEWISE_LAYER_US,
+                        spec_step_us=793.4, spec_per_seq_us=99.65,
                         fitted_on=("H200 vLLM 0.25.1: Qwen3-4B, Llama-3.1-8B (10 cells)",
                                    "cpu_*: Qwen3-14B --no-async-scheduling (8 cells)",
-                                   "spec_per_seq_us: Qwen3-14B n-gram K=2 (8 cells)")),
+                                   "spec_step_us, spec_per_seq_us: Qwen3-14B n-gram K=2 (8 cells)")),
 }
 _CLASS_FALLBACK = "H200"
 _PCIE_CLASSES = ("L40", "L4", "A10", "A40", "RTX", "T4")
@@ -255,9 +275,13 @@ class OperatorCostModel:
         self._scale = cal.gpu_time_scale
         self._launch_s = cal.launch_us * 1e-6
         self._draft_layer_s = cal.draft_layer_us * 1e-6
+        # Without asynchronous scheduling each layer of a piecewise step adds host time the
+        # GPU waits for (graph piece, attention in Python); with it, that work overlaps the
+        # previous step's kernels (served async cells show no such cost).
+        self._piece_s = 0.0 if async_scheduling else cal.sync_piecewise_layer_us * 1e-6
         self._async = async_scheduling
         self._cpu_floor = v1_runner  # the V1 runner's CPU work is not hidden behind the GPU
-        self._step_s = cal.step_overhead_ms * 1e-3
+        self._step_s = (cal.step_overhead_ms + (cal.spec_step_us * 1e-3 if spec is not None else 0.0)) * 1e-3
         self._seq_s = (cal.per_seq_us + (cal.spec_per_seq_us if spec is not None else 0.0)) * 1e-6
         self._cpu_step_s = cal.cpu_step_ms * 1e-3
         self._cpu_seq_s = cal.cpu_per_seq_us * 1e-6
@@ -289,7 +313,7 @@ class OperatorCostModel:
                               draft_tokens=shape.draft_tokens, piecewise=not uniform)
 
     def _stage_s(self, parts: StepParts) -> float:
-        return max(parts.total_s * self._scale, parts.launches * self._launch_s)
+        return max(parts.total_s * self._scale, parts.launches * self._launch_s) + parts.pieces * self._piece_s
 
     def draft_s(self, shape: StepCounts) -> float:
         """Seconds the drafter adds to a step (0 without a drafter): its first forward

@@ -229,7 +229,8 @@ class SimEngine:
             for r in emitted:
                 self._generation_tokens_total += r.num_new_output
                 if not r.finished:
-                    r.num_draft = spec.propose()
+                    r.num_draft = spec.propose(r.proposals)
+                    r.proposals += 1
         for r in emitted:
             if r.num_output == 1:
                 self._prompt_tokens_total += r.prompt_len

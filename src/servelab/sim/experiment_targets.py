@@ -78,14 +78,16 @@ def arm_options(spec: Any, arm: Any, override: tuple[str, str | None] | None,
 def measured_speculation(spec: SpeculativeConfig, result: StoredResult,
                          servers: list[dict[str, Any]]) -> SpeculativeConfig:
     """`spec` with the acceptance a measured cell counted, its share of drafted decode
-    steps and its mean proposal length: the simulator then draws what vLLM proposed and
-    accepted."""
+    steps, its mean proposal length and its drafts per request (a text method's misses
+    then come first in each sequence: `SpeculativeConfig.with_measured`): the simulator
+    then draws what vLLM proposed and accepted."""
     sd = stored_spec_decode(result, servers)
     if sd is None:  # no counters (SGLang, a failed scrape): keep the arm's own acceptance
         return spec
     share = drafted_share(sd, float(result.total_output_tokens), float(result.completed))
     return spec.with_measured(sd.per_position_acceptance, share if share is not None else 1.0,
-                              sd.draft_tokens / sd.num_drafts if sd.num_drafts else None)
+                              sd.draft_tokens / sd.num_drafts if sd.num_drafts else None,
+                              sd.num_drafts / result.completed if result.completed else None)
 
 
 def experiment_targets(root: Path, arms: Sequence[str] = (), loads: Sequence[str] = (),

@@ -58,6 +58,7 @@ class StepParts:
     linear_s: float       # GEMMs, MoE, elementwise kernels, all-reduce, LM head, sampler
     attention_s: float
     launches: int         # kernel or graph launches from the CPU (0: one full CUDA graph)
+    pieces: int = 0       # layers run as piecewise CUDA graphs (0: a full graph, or eager)
 
     @property
     def total_s(self) -> float:
@@ -275,4 +276,6 @@ class OperatorModel:
             linear += self.seqs_s(decode_seqs + draft_tokens + prefill_seqs)
         attn = self.attention_s(decode_seqs, decode_ctx, prefill_tokens, prefill_ctx, prefill_seqs)
         mixed = prefill_tokens > 0 if piecewise is None else piecewise
-        return StepParts(linear, attn, self.launches(tokens, mixed))
+        cap = self.capture
+        pieces = self.stage_layers if mixed and cap and tokens <= cap[-1] else 0
+        return StepParts(linear, attn, self.launches(tokens, mixed), pieces)

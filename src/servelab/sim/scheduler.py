@@ -37,7 +37,7 @@ class SchedRequest:
     __slots__ = (
         "request_id", "prompt_len", "max_tokens", "arrival_s", "hashes",
         "num_output", "num_computed", "blocks", "num_registered", "finished", "tag",
-        "num_preemptions", "num_draft", "sched_draft", "accepted", "num_new_output",
+        "num_preemptions", "num_draft", "sched_draft", "accepted", "num_new_output", "proposals",
     )
 
     def __init__(self, request_id: str, prompt_len: int, max_tokens: int, arrival_s: float,
@@ -58,6 +58,7 @@ class SchedRequest:
         self.sched_draft = 0            # draft tokens scheduled in the current step
         self.accepted = 0               # of those, accepted by the verification
         self.num_new_output = 0         # tokens emitted by the last step
+        self.proposals = 0              # times the proposer was asked for its next draft
 
 
 @dataclass(frozen=True, slots=True)
