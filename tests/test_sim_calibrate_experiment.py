@@ -121,7 +121,7 @@ def test_calibration_re_simulates_each_arm_as_the_experiment_ran_it(tmp_path: Pa
     from dataclasses import replace
 
     from servelab.sim.calibrate import simulated_metrics
-    from servelab.sim.experiment_targets import experiment_targets
+    from servelab.experiment.simulation import experiment_targets
 
     spec_path = tmp_path / "split.yaml"
     spec_path.write_text(SPLIT_SPEC)

@@ -429,7 +429,7 @@ def test_a_measured_acceptance_becomes_the_simulators_input() -> None:
 def test_a_cell_without_counters_keeps_the_arms_own_acceptance() -> None:
     # an SGLang arm or a failed scrape stores no spec counters: the simulator must not read
     # that as "nothing accepted"
-    from servelab.sim.experiment_targets import measured_speculation
+    from servelab.experiment.simulation import measured_speculation
 
     arm = SpeculativeConfig(method="draft_model", model="Qwen/Qwen3-0.6B", num_speculative_tokens=3,
                             rejection_sample_method="synthetic", synthetic_acceptance_rates=[0.8, 0.6, 0.4])

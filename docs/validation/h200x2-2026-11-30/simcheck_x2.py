@@ -14,7 +14,7 @@ Nothing is fitted here. Each cell is re-simulated exactly as the one-GPU check
 `prepare_workload` with the cell's own seed, num_prompts and tokenizer, the load its
 concurrency and 10 warm-ups, the figures `servelab.sim.calibrate.simulated_metrics`) on the
 arm's own deployment as `servelab sim calibrate --experiment` builds it
-(`servelab.sim.experiment_targets.arm_options`: tp2 -> tensor_parallel_size 2, pp2 ->
+(`servelab.experiment.simulation.arm_options`: tp2 -> tensor_parallel_size 2, pp2 ->
 pipeline_parallel_size 2, replicas2-rr / replicas2-cache -> 2 replicas behind the simulated
 router with the router's own policy, fp8 -> quantization fp8), with
   - "shipped": the H200 defaults of the tree the script runs on (fitted on one-GPU bf16+AWQ
@@ -58,7 +58,7 @@ from servelab.client.workers import split_cap
 from servelab.metrics.summary import SummaryOptions, summarize
 from servelab.sim.calibrate import FIT_METRICS, Target, simulated_metrics
 from servelab.sim.cost import Calibration
-from servelab.sim.experiment_targets import _spec, arm_options
+from servelab.experiment.simulation import _spec, arm_options
 from servelab.sim.runner import PreparedWorkload, prepare_workload, simulate_prepared
 from servelab.workload.arrivals import ArrivalOptions
 

@@ -5,7 +5,7 @@
 Every cell of the experiment (`servelab run examples/h200-spec.yaml`) is re-simulated with
 its own prompts, seed, load and warm-ups on its arm's deployment; a speculative arm's cell
 with the acceptance that cell measured (per position, the mean tokens per proposal, and the share of decode steps that
-drafted: `servelab.sim.experiment_targets.measured_speculation`). The one new residual,
+drafted: `servelab.experiment.simulation.measured_speculation`). The one new residual,
 the CPU time per step that synchronous scheduling exposes (`cpu_step_ms`,
 `cpu_per_seq_us`; named sync_step_overhead_ms / sync_per_seq_us when this ran), is fitted with `--fit-arm` on that arm's cells only (the non-speculative
 `sync` arm: vLLM with --no-async-scheduling), then the CPU time per sequence that the V1
@@ -33,7 +33,7 @@ from pathlib import Path
 
 from servelab.sim.calibrate import calibrate, evaluate
 from servelab.sim.cost import default_calibration
-from servelab.sim.experiment_targets import experiment_targets
+from servelab.experiment.simulation import experiment_targets
 from servelab.storage import write_atomic
 
 HERE = Path(__file__).resolve().parent

@@ -153,7 +153,7 @@ def calibrate_cmd(
     check_writable(out, "--out")  # before any fit: a bad path must not cost the search
     console = make_console()
     if experiment is not None:
-        from servelab.sim.experiment_targets import experiment_targets, parse_arm_models
+        from servelab.experiment.simulation import experiment_targets, parse_arm_models
 
         if results:
             raise ServelabError("give result files or --experiment, not both")

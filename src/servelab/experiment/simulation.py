@@ -1,4 +1,5 @@
-"""Calibration targets from an experiment directory (`servelab sim calibrate --experiment`).
+"""An experiment as the simulator sees it: each arm's simulated deployment and each stored
+cell as a calibration target (`servelab sim calibrate --experiment`, the validation checks).
 
 An experiment (`servelab run SPEC --out DIR`) records its normalised spec in
 `DIR/manifest.json` and one file per cell in `DIR/cells/<arm>/<workload>/<load>.json`, with
@@ -18,6 +19,9 @@ from typing import Any
 from pydantic import ValidationError
 
 from servelab.errors import ServelabError
+from servelab.experiment.arms import node_layout_of, planner_args
+from servelab.experiment.spec import DIRECT, ArmSpec, ExperimentSpec
+from servelab.experiment.store import ExperimentStore
 from servelab.metrics.result_file import StoredResult
 from servelab.metrics.scrape import drafted_share, stored_spec_decode
 from servelab.sim.calibrate import FIT_METRICS, Target
@@ -27,10 +31,7 @@ from servelab.speculation import SpeculativeConfig
 from servelab.workload.arrivals import ArrivalOptions
 
 
-def _spec(root: Path) -> Any:
-    from servelab.experiment.spec import ExperimentSpec
-    from servelab.experiment.store import ExperimentStore
-
+def _spec(root: Path) -> ExperimentSpec:
     manifest = ExperimentStore(root).read_manifest()
     try:
         return ExperimentSpec.from_stored(manifest["spec"])
@@ -50,12 +51,10 @@ def parse_arm_models(items: Sequence[str]) -> dict[str, tuple[str, str | None]]:
     return out
 
 
-def arm_options(spec: Any, arm: Any, override: tuple[str, str | None] | None,
+def arm_options(spec: ExperimentSpec, arm: ArmSpec, override: tuple[str, str | None] | None,
                 async_scheduling: bool) -> SimOptions:
     """The simulated deployment of `arm` (as `servelab run` builds it for `engine: sim`);
     engine args the planner does not model are left out (they reached the real engine)."""
-    from servelab.experiment.arms import node_layout_of, planner_args
-    from servelab.experiment.spec import DIRECT
 
     if spec.hardware.gpu is None:
         raise ServelabError("the experiment's spec names no hardware.gpu: the simulator needs one")
@@ -97,8 +96,6 @@ def experiment_targets(root: Path, arms: Sequence[str] = (), loads: Sequence[str
     """One `Target` per finished cell of `root` (only `arms` and `loads` when given).
     Cells whose every request failed have no latency to fit and are skipped (named in
     `notes`). Raises `ServelabError` naming an unknown arm or load, or a bad cell file."""
-    from servelab.experiment.spec import DIRECT
-    from servelab.experiment.store import ExperimentStore
 
     spec = _spec(root)
     arm_names = [a.name for a in spec.arms]
