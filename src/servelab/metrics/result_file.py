@@ -13,7 +13,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from servelab.errors import ServelabError, first_problem
-from servelab.rate import RequestRate, rate_from_json
+from servelab.rate import RequestRate
 from servelab.storage import write_atomic
 
 
@@ -83,12 +83,9 @@ class StoredResult(BaseModel):
     def number(self, key: str) -> float | None:
         """A numeric key by name, typed or kept (e.g. ``p99_ttft_ms``); None when absent."""
         value = getattr(self, key) if key in type(self).model_fields else (self.model_extra or {}).get(key)
-        if value is None or isinstance(value, bool):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
             return None
-        try:
-            return rate_from_json(value)
-        except ValueError:
-            return None
+        return float(value)
 
     def percentiles_ms(self) -> dict[str, float]:
         """The percentile keys present (``p99_ttft_ms`` -> ``p99_ttft``: ms)."""

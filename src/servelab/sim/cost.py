@@ -176,7 +176,8 @@ class Calibration(BaseModel):
 # function on the synchronous arm of docs/validation/spec-decode-2026-12-01 (its first
 # protocol); sync_piecewise_layer_us measured (below); spec_step_us and spec_per_seq_us on
 # its n-gram K = 2 arm with those held (simcheck.py, the other speculative arms and the
-# n-gram K = 6 arm of docs/validation/spec-steps-2026-12-02 held out). L40S: no profile and no CPU figures of its host (sync
+# n-gram K = 6 arm of docs/validation/spec-steps-2026-12-02 held out). L40S: no profile
+# and no CPU figures of its host (sync
 # and speculation costs 0: not measured); the seeds' row (docs/simulator.md, "Validation")
 # with the H200 host's launch, drafter and frontend costs.
 # vLLM 0.25.1's API server on the H200 host, measured where it binds (Qwen3-0.6B served;
@@ -281,7 +282,7 @@ class OperatorCostModel:
         self._piece_s = 0.0 if async_scheduling else cal.sync_piecewise_layer_us * 1e-6
         self._async = async_scheduling
         self._cpu_floor = v1_runner  # the V1 runner's CPU work is not hidden behind the GPU
-        self._step_s = (cal.step_overhead_ms + (cal.spec_step_us * 1e-3 if spec is not None else 0.0)) * 1e-3
+        self._step_s = cal.step_overhead_ms * 1e-3 + (cal.spec_step_us * 1e-6 if spec is not None else 0.0)
         self._seq_s = (cal.per_seq_us + (cal.spec_per_seq_us if spec is not None else 0.0)) * 1e-6
         self._cpu_step_s = cal.cpu_step_ms * 1e-3
         self._cpu_seq_s = cal.cpu_per_seq_us * 1e-6

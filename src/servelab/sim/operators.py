@@ -250,14 +250,15 @@ class OperatorModel:
         layers = (self.stage_layers * (attn + tp) + self.dense_layers * mlp + self.moe_layers * moe)
         return round(layers) + 8                 # embedding, final norm, LM head, sampler
 
-    def launches(self, tokens: int, piecewise: bool) -> int:
-        """CPU launches of a step: 1 for a uniform decode batch that replays a full CUDA
-        graph; a graph piece and the attention kernel per layer for any other batch within
-        the captured sizes (vLLM's piecewise graphs); every kernel beyond them."""
+    def launches(self, tokens: int, piecewise: bool) -> tuple[int, int]:
+        """(CPU launches, layers on piecewise graphs) of a step: 1 launch for a uniform
+        decode batch that replays a full CUDA graph; a graph piece and the attention kernel
+        per layer for any other batch within the captured sizes (vLLM's piecewise graphs,
+        every layer one); every kernel beyond them (no graph)."""
         cap = self.capture
         if cap and tokens <= cap[-1]:
-            return 2 * self.stage_layers + 8 if piecewise else 1
-        return self.kernels_per_step()
+            return (2 * self.stage_layers + 8, self.stage_layers) if piecewise else (1, 0)
+        return self.kernels_per_step(), 0
 
     def parts(self, decode_seqs: int, decode_ctx: int, prefill_tokens: int, prefill_ctx: int,
               prefill_seqs: int, draft_tokens: int = 0, piecewise: bool | None = None) -> StepParts:
@@ -276,6 +277,4 @@ class OperatorModel:
             linear += self.seqs_s(decode_seqs + draft_tokens + prefill_seqs)
         attn = self.attention_s(decode_seqs, decode_ctx, prefill_tokens, prefill_ctx, prefill_seqs)
         mixed = prefill_tokens > 0 if piecewise is None else piecewise
-        cap = self.capture
-        pieces = self.stage_layers if mixed and cap and tokens <= cap[-1] else 0
-        return StepParts(linear, attn, self.launches(tokens, mixed), pieces)
+        return StepParts(linear, attn, *self.launches(tokens, mixed))

@@ -6,8 +6,8 @@ engine gives each sequence one token; one step of the speculative engine gives i
 and costs the verification of C + p C m_k tokens (m_k: the mean proposal cut at k) plus
 the drafter's k forwards, under the engine's rules: a full CUDA graph only when every
 sequence carries all k tokens (probability (p s_k)^C, s_k the share of whole proposals),
-else piecewise graphs; no asynchronous scheduling for n-gram and draft-model methods. The speed-up is the ratio of
-the two times per token; it falls with C because verification adds GEMM rows (compute)
+else piecewise graphs; no asynchronous scheduling for n-gram and draft-model methods.
+The speed-up is the ratio of the two times per token; it falls with C because verification adds GEMM rows (compute)
 while the weight reads it saves are shared by the whole batch. The crossover (the first
 C where it falls below 1) and the best draft length per C therefore come out of the same
 kernel times and residual that price every simulated step; nothing here is fitted.
@@ -70,18 +70,21 @@ class PayoffModel:
     def spec_step_s(self, seqs: int, context: float, k: int) -> float:
         """Expected seconds of one verification step: a uniform batch (every sequence with a
         whole k-token proposal, on a full graph) with its probability, else a piecewise one
-        carrying the expected draft tokens."""
+        carrying the draft tokens and drafting sequences expected given that it is not."""
         cost = self._cost(k)
         whole = self.proposal_rate * self.proposals.full_share(k)
         p_uniform = whole ** seqs
         uniform = cost.step_duration_s(_decode_step(seqs, context, seqs, seqs * k))
         if p_uniform >= 1.0:
             return uniform
-        drafting = min(seqs, round(self.proposal_rate * seqs))
-        tokens = min(round(self.proposal_rate * seqs * self.proposals.mean_tokens(k)), drafting * k)
-        if drafting == seqs and tokens == seqs * k:
-            tokens -= 1  # the batch holds a short proposal: piecewise, whatever the rounding
-        mixed = cost.step_duration_s(_decode_step(seqs, context, drafting, max(tokens, 0)))
+        # E[x] = p_u x (x of the uniform batch) + (1 - p_u) x E[x | not uniform]
+        mean_drafting = self.proposal_rate * seqs
+        mean_tokens = mean_drafting * self.proposals.mean_tokens(k)
+        drafting = min(seqs, round((mean_drafting - p_uniform * seqs) / (1.0 - p_uniform)))
+        tokens = round((mean_tokens - p_uniform * seqs * k) / (1.0 - p_uniform))
+        # a batch that is not uniform misses at least one draft token
+        tokens = max(0, min(tokens, drafting * k - (drafting == seqs)))
+        mixed = cost.step_duration_s(_decode_step(seqs, context, drafting, tokens))
         return p_uniform * uniform + (1.0 - p_uniform) * mixed
 
     def tokens_per_step(self, k: int) -> float:
