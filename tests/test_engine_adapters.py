@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from servelab.engine import ArmLaunch, SglangLauncher, SglangRuntime, SimLauncher, VllmLauncher, VllmRuntime
+from servelab.engine import ArmLaunch, NodeRank, SglangLauncher, SglangRuntime, SimLauncher, VllmLauncher, VllmRuntime
 from servelab.engine.flags import cached_help, check_flags, flag_names, flag_of, parse_help_options
 from servelab.engine.launcher import gpu_waves
 from servelab.errors import ServelabError
@@ -178,6 +178,29 @@ def test_sglang_refuses_unknown_and_managed_flags(sglang_dir: Path) -> None:
     # `--tp 2`, as SGLang's docs write it, is argparse's prefix of --tp-size: an arm field.
     with pytest.raises(ServelabError, match="set the arm's `tensor_parallel_size` instead"):
         SglangLauncher().validate(arm(extra_args=["--tp", "2"]), sglang_dir, SGLANG_VERSION)
+
+
+def test_sglang_across_nodes_one_command_per_rank(sglang_dir: Path, tmp_path: Path) -> None:
+    # SGLang's multi-node launch: the same command on every node, TP x PP of the whole
+    # replica, each with its rank; a rank above 0 logs beside rank 0, under its own name.
+    cmds = {}
+    for rank in (0, 1):
+        a = arm(tensor_parallel_size=4, pipeline_parallel_size=2, port_base=30000,
+                node_rank=NodeRank(nnodes=2, node_rank=rank, dist_init_addr="10.0.0.7:29500"))
+        [cmds[rank]] = SglangLauncher().validate(a, sglang_dir, SGLANG_VERSION)
+    assert cmds[1].argv[-6:] == ["--nnodes", "2", "--node-rank", "1", "--dist-init-addr", "10.0.0.7:29500"]
+    assert cmds[0].argv[:-6] == cmds[1].argv[:-6]
+    assert cmds[0].argv[cmds[0].argv.index("--tp-size") + 1] == "4"
+    assert cmds[0].log_path.name == "a-replica0.log"
+    assert cmds[1].log_path.name == "a-replica0-node1.log"
+    with pytest.raises(ServelabError, match="set the arm's `node_rank` instead"):
+        SglangLauncher().validate(arm(extra_args=["--nnodes", "2"]), sglang_dir, SGLANG_VERSION)
+    with pytest.raises(ServelabError, match="does not launch vllm across nodes"):
+        VllmLauncher().engine_args(arm(node_rank=NodeRank(nnodes=2, node_rank=1, dist_init_addr="h:1")), 0)
+    with pytest.raises(ValueError, match="node_rank 2 must be below nnodes 2"):
+        NodeRank(nnodes=2, node_rank=2, dist_init_addr="h:1")
+    with pytest.raises(ValueError, match="one replica, not 2"):
+        arm(replicas=2, node_rank=NodeRank(nnodes=2, node_rank=0, dist_init_addr="h:1"))
 
 
 # --- sim command line -------------------------------------------------------------------

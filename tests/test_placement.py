@@ -68,9 +68,17 @@ def test_unplaceable_arms_say_what_they_asked_for() -> None:
     assert why == "arm a asks for 4 GPU(s) on one node; the largest node has 2 GPUs"
     with pytest.raises(ServelabError, match=r"arm a: 2 replicas x TP 2 x PP 1 = 4 GPUs exceed one node's 2"):
         demand_of(_spec(replicas=2, tensor_parallel_size=2), _spec(replicas=2, tensor_parallel_size=2).arms[0], 2)
+
+
+def test_sglang_across_nodes_is_one_process_per_node_with_equal_shares() -> None:
     sg = _spec("sglang", pipeline_parallel_size=4)
-    with pytest.raises(ServelabError, match="does not launch SGLang across nodes"):
-        demand_of(sg, sg.arms[0], 2)
+    d = demand_of(sg, sg.arms[0], 2)
+    assert (d.bundles, d.strategy, d.per_node_processes, d.exclusive) == ((2, 2), "STRICT_SPREAD", True, False)
+    assert d.describe() == "4 GPUs: 2 bundles of 2/2 GPUs on separate nodes, one engine process per node"
+    sg = _spec("sglang", per_node=8, tensor_parallel_size=4, pipeline_parallel_size=3)
+    assert demand_of(sg, sg.arms[0], 8).bundles == (6, 6)  # 12 GPUs: SGLang wants equal nodes, not 8 + 4
+    sg = _spec("sglang", per_node=4, tensor_parallel_size=2, pipeline_parallel_size=5)
+    assert demand_of(sg, sg.arms[0], 4).bundles == (2, 2, 2, 2, 2)  # 10 GPUs: 3 nodes cannot share them
 
 
 def test_a_vllm_arm_across_nodes_runs_alone_on_its_ray_executor() -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -198,6 +199,103 @@ def test_tune_trials_on_ray_follow_the_sequential_path(cluster: LocalCluster, tm
     # the prefetched points the search did not reach are stored too, for a later run
     stored = len(list((tmp_path / "ray" / "trials").glob("*.json")))
     assert stored >= len(list((tmp_path / "alone" / "trials").glob("*.json")))
+
+
+def _sweep(out: Path, *extra: str) -> tuple[dict, list[str], str]:
+    args = [sys.executable, "-m", "servelab", "sweep", "--sim", "--model", "Qwen/Qwen3-14B", "--gpu", "L40S",
+            "--max-num-seqs", "12", "--dataset-name", "random", "--random-input-len", "128",
+            "--random-output-len", "16", "--seed", "2", "--max-level", "32", "--slo", "tpot:60",
+            "--prompts-per-concurrency", "2", "--min-prompts", "16", "--max-prompts", "64",
+            "--out", str(out), "--json", *extra]
+    p = subprocess.run(args, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr
+    steps = [line.split("[")[0].strip() + " " + line.split("]")[0].split("[")[1]
+             for line in p.stderr.splitlines() if re.match(r"^\s+c\d+ \[", line)]
+    return json.loads(p.stdout), steps, p.stderr
+
+
+def test_sweep_levels_on_ray_follow_the_sequential_path(cluster: LocalCluster, tmp_path: Path) -> None:
+    """Copies of the simulator measure the levels the search may need next at once; the
+    search takes them in its own order: the same levels, knee, capacity and level files."""
+    alone, steps_alone, log_alone = _sweep(tmp_path / "alone")
+    on_ray, steps_ray, log_ray = _sweep(tmp_path / "ray", "--ray", cluster.address)
+    assert "levels at once" in log_ray and "levels at once" not in log_alone
+    assert steps_ray == steps_alone and len(steps_alone) >= 5
+    for key in ("knee", "capacity", "levels"):
+        assert on_ray[key] == alone[key], key
+    def files(d: Path) -> list[str]:
+        return sorted(p.name for p in (d / "levels").glob("*.json"))
+    assert files(tmp_path / "ray") == files(tmp_path / "alone")  # levels the search never took are not written
+
+
+SGLANG_ACROSS_NODES = """\
+name: sgl
+engine: sglang
+hardware: {gpu: H200}
+model: Qwen/Qwen3-0.6B
+cluster: {gpus_per_node: 2}
+engine_defaults:
+  python: INTERPRETER
+  port_base: PORT
+  startup_timeout_s: 120
+  env: {PYTHONPATH: STANDIN}
+arms:
+  - {name: tp2pp2, tensor_parallel_size: 2, pipeline_parallel_size: 2, baseline: true}
+workloads:
+  - {name: rnd, dataset_name: random, random_input_len: 16, random_output_len: 8}
+loads: {concurrency: [2], num_prompts: 4}
+seed: 3
+"""
+
+
+def _sglang_standin(root: Path) -> Path:
+    """`sglang.launch_server` as servelab's stand-in (`servelab.testing.sglang_standin`),
+    with a `sglang` distribution's metadata so the adapter can ask its version."""
+    pkg = root / "sglang"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "launch_server.py").write_text("from servelab.testing.sglang_standin import main\n\nmain()\n")
+    meta = root / "sglang-0.5.0.dist-info"
+    meta.mkdir()
+    (meta / "METADATA").write_text("Metadata-Version: 2.1\nName: sglang\nVersion: 0.5.0\n")
+    return root
+
+
+def test_an_sglang_replica_across_two_nodes_runs_one_rank_per_node(cluster: LocalCluster, tmp_path: Path) -> None:
+    """TP2 x PP2 on nodes of two GPUs: one SGLang process per node with its --node-rank, both
+    pointed at one --dist-init-addr on rank 0's node, rank 0 serving the cells once rank 1
+    has joined, and both processes gone when the arm ends."""
+    spec = tmp_path / "sgl.yaml"
+    spec.write_text(SGLANG_ACROSS_NODES.replace("INTERPRETER", sys.executable)
+                    .replace("PORT", str(free_port_base(2)))
+                    .replace("STANDIN", str(_sglang_standin(tmp_path / "standin"))))
+    run = _run(spec, tmp_path / "out", cluster.address)
+    assert run.returncode == 0, run.stderr
+    assert "stopping its engine" not in run.stderr  # the stop went as planned
+    store = ExperimentStore(tmp_path / "out")
+    [cell] = store.cell_files()
+    data = json.loads(cell.read_text())
+    assert data["result"]["completed"] == 4
+    assert data["placement"]["strategy"] == "STRICT_SPREAD"
+    nodes = data["placement"]["node_ids"]
+    assert len(set(nodes)) == 2 and set(nodes) <= set(cluster.nodes)
+    logs = store.log_dir("tp2pp2")
+    rank0 = (logs / "tp2pp2-replica0.log").read_text()
+    rank1 = (logs / "tp2pp2-replica0-node1.log").read_text()
+    launch0, launch1 = rank0.splitlines()[0], rank1.splitlines()[0]
+    address = re.search(r"--dist-init-addr (\S+)", launch0).group(1)
+    assert f"--nnodes 2 --node-rank 0 --dist-init-addr {address}" in launch0
+    assert f"--nnodes 2 --node-rank 1 --dist-init-addr {address}" in launch1
+    assert "--tp-size 2 --pp-size 2" in launch0 and "--tp-size 2 --pp-size 2" in launch1
+    # each process saw its own node's two GPUs; rank 0 served only after rank 1 joined
+    joined = re.search(r"rank 1 joined \(pid (\d+), CUDA_VISIBLE_DEVICES=(\d+,\d+)\)", rank0)
+    assert joined is not None, rank0
+    assert rank0.index("rank 1 joined") < rank0.index("all 2 ranks joined; serving")
+    assert re.search(r"rank 0 of 2 \(pid (\d+), CUDA_VISIBLE_DEVICES=\d+,\d+\)", rank0)
+    for pid in (int(joined.group(1)), int(re.search(r"rank 0 of 2 \(pid (\d+)", rank0).group(1))):  # stopped with the arm
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+    assert store.read_arm_status("tp2pp2").state == "done"
 
 
 def test_a_node_lost_mid_run_loses_and_duplicates_no_cell(cluster: LocalCluster, tmp_path: Path) -> None:

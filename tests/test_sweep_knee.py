@@ -10,7 +10,7 @@ import pytest
 
 from servelab.errors import ServelabError
 from servelab.sweep.knee import find_knee, knee_interval
-from servelab.sweep.levels import LevelAxis, Targets, next_level
+from servelab.sweep.levels import LevelAxis, Targets, lookahead, next_level
 
 
 @dataclass(frozen=True)
@@ -118,3 +118,34 @@ def test_bootstrap_interval_covers_the_knee_and_is_empty_for_one_repetition():
     assert iv is not None and iv.low <= 45 <= iv.high + 1 and iv.high - iv.low < 5
     assert len(iv.per_repetition) == 5
     assert knee_interval(xs, [[ramp(x)] for x in xs], 0.10, np.random.default_rng(1)) is None
+
+
+def test_lookahead_is_the_chain_then_the_bisection_tree():
+    axis = LevelAxis("concurrency", 1, 64)
+    assert lookahead(axis, {}, (1.0, "bracket"), 4) == [1.0, 2.0, 4.0, 8.0]
+    assert lookahead(axis, {1.0: View(1), 2.0: View(2)}, (4.0, "bracket"), 1) == [4.0]
+    seen = {x: View(x) for x in (1.0, 2.0, 4.0, 8.0, 16.0)}
+    # bisecting 8..16 at 12: then 10 and 14 (the halves' midpoints), then 9, 11, 13, 15
+    assert lookahead(axis, seen, (12.0, "knee"), 7) == [12.0, 10.0, 14.0, 9.0, 11.0, 13.0, 15.0]
+    assert lookahead(axis, seen, (12.0, "knee"), 9) == [12.0, 10.0, 14.0, 9.0, 11.0, 13.0, 15.0]
+
+
+@pytest.mark.parametrize("curve", [ramp, smooth])
+@pytest.mark.parametrize("width", [2, 3, 7])
+def test_levels_taken_from_a_lookahead_follow_the_sequential_path(curve, width):
+    """Measuring `width` levels at once and taking them in the search's order changes
+    nothing the search sees: the same levels in the same order."""
+    _, alone = _adaptive(curve)
+    axis = LevelAxis("concurrency", 1, 256)
+    targets = Targets(slo=False, saturation=False)
+    measured: dict[float, View] = {}
+    ahead: dict[float, View] = {}
+    order, batches = [], 0
+    while (step := next_level(axis, measured, targets)) is not None:
+        if step[0] not in ahead:
+            batches += 1
+            ahead.update({x: View(curve(x)) for x in lookahead(axis, measured, step, width)})
+        measured[step[0]] = ahead.pop(step[0])
+        order.append(step)
+    assert order == alone
+    assert batches < len(alone)  # fewer rounds than levels

@@ -29,7 +29,7 @@ def test_adaptive_knee_agrees_with_the_exhaustive_sweep_within_one_step(tmp_path
     o = run_sweep(ot, cfg, tmp_path, cache=cache)
     assert o.knee is not None
     full = [float(c) for c in range(1, 33)]
-    ts = [(o.levels.get(c) or measure_level(ot, cfg, c, cache, None, [])).throughput for c in full]
+    ts = [(o.levels.get(c) or measure_level(ot, cfg, c, cache).summary).throughput for c in full]
     exh = find_knee(full, ts, cfg.targets.knee_tolerance)
     assert abs(o.knee.level - exh.level) <= 1
     assert len(o.levels) < len(full) / 2

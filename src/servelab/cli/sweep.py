@@ -59,6 +59,7 @@ def sweep_cmd(
     slo_percentile: float = typer.Option(99.0, "--slo-percentile", help="Percentile the SLO is judged at."),
     out: Optional[Path] = typer.Option(None, "--out", help="Folder: each level's result JSON as produced, sweep.json, sweep.png."),
     as_json: bool = typer.Option(False, "--json", help="Print the sweep's summary JSON on stdout (tables go to stderr)."),
+    ray: Optional[str] = typer.Option(None, "--ray", help="Ray cluster (HOST:PORT or auto): copies of the --sim or --spec target, one per free GPU set, measure the levels the search may need next at once; the same path and outcome (needs servelab[ray])."),
 ) -> None:
     """Sweep load levels adaptively (bracket, then bisect): knee, capacity under the SLO, why it bends."""
     from servelab.experiment.spec import NumPromptsRule
@@ -66,13 +67,16 @@ def sweep_cmd(
     from servelab.sweep.plots import sweep_plot
     from servelab.storage import check_writable_dir, write_json_atomic
     from servelab.sweep.report import outcome_json, summary_lines, sweep_table
-    from servelab.sweep.runner import SweepConfig, run_sweep
+    from servelab.sweep.runner import LevelSource, OneTarget, SweepConfig, sweep_levels
     from servelab.sweep.slo import parse_slo
-    from servelab.sweep.targets import open_arm, open_sim, open_url, spec_dataset
+    from servelab.sweep.targets import ArmCopies, SimCopies, open_arm, open_sim, open_url, spec_dataset
 
     chosen = [n for n, on in (("--base-url", base_url is not None), ("--sim", sim), ("--spec", spec is not None)) if on]
     if len(chosen) != 1:
         raise ServelabError("give exactly one target: --base-url URL, --sim (with --model, --gpu) or --spec FILE")
+    if ray is not None and base_url is not None:
+        raise ServelabError("--ray with --base-url: levels measured at once would load the one server together; "
+                            "give --sim or --spec (each copy is its own engine)")
     if mode not in ("concurrency", "rate"):
         raise ServelabError(f"--mode {mode!r}: use concurrency or rate")
     for flag, value, low in (("--repetitions", repetitions, 1), ("--max-levels", max_levels, 2),
@@ -98,16 +102,11 @@ def sweep_cmd(
             s = spec_obj.slo  # type: ignore[attr-defined]
             items = [f"{m}:{v}" for m, v in (("ttft", s.ttft_ms), ("tpot", s.tpot_ms), ("e2el", s.e2el_ms)) if v]
             slo_obj = parse_slo(items, s.percentile) if items else None
-        ot = open_arm(spec, arm, (out or Path(".")) / "logs")
     elif sim:
         if engine.model is None or engine.gpu is None:
             raise ServelabError("--sim needs --model (catalog name) and --gpu (catalog GPU)")
-        ot = open_sim(engine.options())
-    else:
-        if not engine.model:
-            raise ServelabError("--base-url needs --model (the served model name)")
-        ot = open_url(base_url or "", engine.model, backend, engine.gpu, request_timeout,
-                      engine.max_num_seqs, engine.tensor_parallel_size * engine.replicas)
+    elif not engine.model:
+        raise ServelabError("--base-url needs --model (the served model name)")
     cfg = SweepConfig(
         axis=axis, dataset=dataset,
         targets=Targets(knee=True, slo=slo_obj is not None, saturation=mode == "rate",
@@ -118,11 +117,31 @@ def sweep_cmd(
         num_warmups=num_warmups, seed=seed, slo=slo_obj,
         percentile=slo_obj.percentile if slo_obj else slo_percentile,
         burstiness=burstiness, max_concurrency=max_concurrency, bootstrap_seed=seed)
-    err.print(f"sweeping {ot.describe}, seed {seed}", highlight=False)
+    def echo(line: str) -> None:
+        err.print(line, highlight=False, markup=False)
+
+    source: LevelSource
+    if ray is not None:
+        from servelab.distributed.raysweep import RayLevelPool
+
+        copies = (ArmCopies(spec_obj, arm, (out or Path(".")) / "logs", str(spec)) if spec is not None
+                  else SimCopies(engine.options()))
+        planner, describe = copies.view()
+        err.print(f"sweeping {describe} on Ray ({ray}), seed {seed}", highlight=False)
+        pool = RayLevelPool(ray, copies, copies.gpus, echo)
+        source, close = pool, pool.close
+    else:
+        ot = (open_arm(spec, arm, (out or Path(".")) / "logs") if spec is not None
+              else open_sim(engine.options()) if sim
+              else open_url(base_url or "", engine.model or "", backend, engine.gpu, request_timeout,
+                            engine.max_num_seqs, engine.tensor_parallel_size * engine.replicas))
+        planner, describe = ot.planner, ot.describe
+        err.print(f"sweeping {describe}, seed {seed}", highlight=False)
+        source, close = OneTarget(ot, None, out), ot.close
     try:
-        outcome = run_sweep(ot, cfg, out, echo=lambda line: err.print(line, highlight=False, markup=False))
+        outcome = sweep_levels(source, cfg, planner, describe, out, echo)
     finally:
-        ot.close()
+        close()
     summary = outcome_json(outcome)
     if out is not None:
         write_json_atomic(out / "sweep.json", summary)

@@ -9,14 +9,17 @@ local processes), so an arm is one of three shapes:
   ``stages_per_node x TP`` GPUs (TP inside a node, PP across nodes, as vLLM places ranks),
   ``STRICT_SPREAD``, the actor on the first; the simulator prices the hops between them
   over the spec's `cluster.node_link`;
+- **spans nodes, SGLang**: SGLang's own multi-node launch (``--nnodes/--node-rank/
+  --dist-init-addr``): one bundle per node with the same share of the replica's GPUs,
+  ``STRICT_SPREAD``, one process per node (`ArmDemand.per_node_processes`): rank 0 on the
+  actor's node serves HTTP, the others join it;
 - **spans nodes, vLLM** (or any vLLM arm with ``distributed_executor_backend: ray``): vLLM's Ray executor (``--distributed-executor-backend ray``) makes
   its own placement group for its workers, so the actor holds one CPU only and the arm runs
   `exclusive`: no other arm is placed while it runs (servelab cannot reserve GPUs that vLLM
   then takes).
 
 Replicas wider than one node together (several replicas, each within a node, more than one
-node in all) and multi-node SGLang are refused with the reason: split the replicas into
-arms, or run SGLang's ``--nnodes`` by hand and measure it as ``engine: external``.
+node in all) are refused with the reason: split the replicas into arms.
 """
 
 from __future__ import annotations
@@ -45,7 +48,8 @@ class NodeResources:
 class ArmDemand:
     """What one arm asks for: GPUs per bundle (bundle 0 holds the actor), the placement
     strategy, and `exclusive` (vLLM's Ray executor reserves the GPUs itself: `gpus` of them
-    must be free across the cluster and nothing else may run beside it)."""
+    must be free across the cluster and nothing else may run beside it);
+    `per_node_processes`: the engine runs one process per bundle (SGLang's --node-rank)."""
 
     arm: str
     bundles: tuple[int, ...]
@@ -53,6 +57,7 @@ class ArmDemand:
     exclusive: bool = False
     gpus: int = 0
     warnings: tuple[str, ...] = ()
+    per_node_processes: bool = False
 
     def ray_bundles(self) -> list[dict[str, float]]:
         """The bundles in Ray's terms: bundle 0 also holds the actor's CPU."""
@@ -70,8 +75,9 @@ class ArmDemand:
             return f"{self.gpus} GPUs for vLLM's Ray executor across nodes (the arm runs alone)"
         if len(self.bundles) == 1:
             return f"{self.bundles[0]} GPU(s) on one node"
+        ranks = ", one engine process per node" if self.per_node_processes else ""
         return (f"{sum(self.bundles)} GPUs: {len(self.bundles)} bundles of "
-                f"{'/'.join(str(b) for b in self.bundles)} GPUs on separate nodes")
+                f"{'/'.join(str(b) for b in self.bundles)} GPUs on separate nodes{ranks}")
 
 
 def gpus_per_node(spec: ExperimentSpec, nodes: list[NodeResources]) -> int:
@@ -106,10 +112,12 @@ def demand_of(spec: ExperimentSpec, arm: ArmSpec, per_node: int) -> ArmDemand:
     if spec.engine == "vllm":
         return ArmDemand(arm.name, (0,), "PACK", exclusive=True, gpus=replica, warnings=warnings)
     if spec.engine == "sglang":
-        raise ServelabError(
-            f"arm {arm.name}: TP {tp} x PP {pp} = {replica} GPUs exceed one node's {per_node}; "
-            "servelab does not launch SGLang across nodes (--nnodes): start it by hand and measure "
-            "it as engine: external")
+        # SGLang gives every node the same share of the replica's ranks.
+        nnodes = -(-replica // per_node)
+        while replica % nnodes:
+            nnodes += 1
+        return ArmDemand(arm.name, (replica // nnodes,) * nnodes, "STRICT_SPREAD", gpus=replica,
+                         warnings=warnings, per_node_processes=True)
     if tp > per_node:  # whole nodes, the TP group cut across them
         bundles = tuple(min(per_node, replica - i) for i in range(0, replica, per_node))
     else:

@@ -19,6 +19,12 @@ Processes an actor started are stopped by process group when its arm ends or the
 interrupted; should the actor itself die, they receive SIGTERM from the kernel
 (``SERVELAB_DIE_WITH_PARENT``, `servelab.engine.process`).
 
+An SGLang replica wider than a node (`ArmDemand.per_node_processes`) runs one process per
+bundle: the arm's actor picks the rendezvous address on its node (`--dist-init-addr`), a
+`RankWorker` on every other bundle starts that node's rank, then the actor starts rank 0,
+which serves HTTP once the others have joined. A rank lost with its node loses the arm's
+engine: the arm is placed again, as when its actor is lost.
+
 Consecutive arms do not share an engine here (each arm is placed on its own).
 """
 
@@ -33,11 +39,12 @@ from typing import Any
 
 from servelab.distributed.placement import ArmDemand, demand_of, gpus_per_node, unplaceable
 from servelab.distributed.raycluster import cluster_nodes, connect
-from servelab.engine.process import DIE_WITH_PARENT_ENV
+from servelab.engine.adapter import NodeRank
+from servelab.engine.process import DIE_WITH_PARENT_ENV, ServerProcess, log_tail
 from servelab.errors import ServelabError
 from servelab.experiment.cellrecord import CellRecord, Placement
 from servelab.experiment.cells import Cell, CellSelection
-from servelab.experiment.launch import ArmRun, start_arm
+from servelab.experiment.launch import ArmRun, start_arm, start_rank
 from servelab.experiment.orchestrator import Orchestrator, cell_line
 from servelab.experiment.spec import ArmSpec, ExperimentSpec
 from servelab.experiment.store import ArmStatus, ExperimentStore
@@ -86,19 +93,31 @@ class ArmWorker:
         self.run: ArmRun | None = None
         self.startups: tuple[dict[str, Any] | None, ...] = ()
 
-    def start(self, exclusive: bool) -> Started:
+    def rendezvous(self) -> str:
+        """"HOST:PORT" on this node for the other ranks to join rank 0 at: the node's
+        address as Ray knows it, a port free now."""
+        import socket
+
+        host = self._ray.util.get_node_ip_address()
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind((host, 0))
+            return f"{host}:{sock.getsockname()[1]}"
+
+    def start(self, exclusive: bool, node_rank: NodeRank | None = None) -> Started:
         node = self._ray.get_runtime_context().get_node_id()
         arm = self.arm
         ids = [int(g) for g in self._ray.get_gpu_ids()]
         if arm.gpus is None and ids and len(ids) == arm.tensor_parallel_size * arm.pipeline_parallel_size * arm.replicas:
             arm = arm.model_copy(update={"gpus": ids})  # the GPUs Ray gave this actor
+        elif arm.gpus is None and ids and node_rank is not None:
+            arm = _on_these_gpus(arm, ids)  # rank 0's share of a replica across nodes
         if exclusive:
             arm = arm.model_copy(update={
                 "args": {**arm.args, "distributed_executor_backend": "ray"},
                 "env": {**arm.env, "RAY_ADDRESS": self.ray_address}})
         spec = self.spec.model_copy(update={"arms": [arm if a.name == arm.name else a for a in self.spec.arms]})
         try:
-            self.run = start_arm(spec, arm, self.log_dir)
+            self.run = start_arm(spec, arm, self.log_dir, node_rank=node_rank)
         except ServelabError as exc:
             return Started(node, error=str(exc))
         self.startups = tuple(s.model_dump(mode="json") if s else None for s in self.run.startups)
@@ -123,6 +142,61 @@ class ArmWorker:
         return None
 
 
+def _on_these_gpus(arm: ArmSpec, ids: list[int]) -> ArmSpec:
+    """The arm with this node's share of its replica pinned: `gpus` must list the whole
+    replica's, so the node's GPUs go in the environment."""
+    return arm.model_copy(update={"env": {**arm.env, "CUDA_VISIBLE_DEVICES": ",".join(map(str, ids))}})
+
+
+class RankWorker:
+    """The actor of one node's rank (above 0) of an arm whose replica spans nodes (made
+    remote by the driver): starts that node's engine process, says whether it still runs,
+    stops it."""
+
+    def __init__(self, spec: ExperimentSpec, store_root: str, arm: ArmSpec) -> None:
+        import os
+
+        import ray
+
+        os.environ[DIE_WITH_PARENT_ENV] = "1"  # as ArmWorker: its process dies with it
+        self._ray = ray
+        self.spec, self.arm = spec, arm
+        self.log_dir = ExperimentStore(Path(store_root)).log_dir(arm.name)
+        self.process: ServerProcess | None = None
+
+    def start(self, node_rank: NodeRank) -> str | None:
+        """Start this node's rank on the GPUs Ray gave this actor; None, else why not."""
+        arm = self.arm
+        ids = [int(g) for g in self._ray.get_gpu_ids()]
+        if arm.gpus is None and ids:
+            arm = _on_these_gpus(arm, ids)
+        try:
+            self.process = start_rank(self.spec, arm, self.log_dir, node_rank)
+        except ServelabError as exc:
+            return str(exc)
+        return None
+
+    def exited(self) -> str | None:
+        """None while this node's process runs, else its exit code and last log lines."""
+        if self.process is None:
+            return "not started"
+        code = self.process.exit_code()
+        if code is None:
+            return None
+        return f"node rank process exited with code {code}; log {self.process.log_path}:\n{log_tail(self.process.log_path)}"
+
+    def stop(self) -> str | None:
+        """Stop this node's process (its whole group); None, else what failed."""
+        process, self.process = self.process, None
+        if process is None:
+            return None
+        try:
+            process.stop()
+        except ServelabError as exc:
+            return str(exc)
+        return None
+
+
 @dataclass
 class _Placed:
     """One arm on the cluster: its demand, placement group, actor, the cells left, the call
@@ -137,8 +211,10 @@ class _Placed:
     status: ArmStatus = field(default_factory=lambda: ArmStatus("started"))
     node_ids: tuple[str, ...] = ()
     pending: Any = None  # the ObjectRef in flight
-    phase: str = "start"  # start | measure | stop
+    phase: str = "start"  # rendezvous | start | measure | stop
     asked_at: float = 0.0  # clock() when the placement was asked for
+    ranks: list[Any] = field(default_factory=list)  # RankWorker actors on bundles 1..
+    rank_starts: list[Any] = field(default_factory=list)  # their start() ObjectRefs
 
 
 class RayExperiment:
@@ -242,7 +318,11 @@ class RayExperiment:
             max_restarts=0,
             scheduling_strategy=PlacementGroupSchedulingStrategy(p.group, placement_group_bundle_index=0))
         p.actor = worker.remote(self.spec, str(self.store.root), p.arm, ray.get_runtime_context().gcs_address)
-        p.pending = p.actor.start.remote(p.demand.exclusive)
+        if p.demand.per_node_processes:
+            p.phase = "rendezvous"
+            p.pending = p.actor.rendezvous.remote()
+        else:
+            p.pending = p.actor.start.remote(p.demand.exclusive)
         self.echo(f"arm {p.arm.name}: placing ({p.demand.describe()}; attempt {p.attempt}, "
                   f"{len(p.todo)} cells to run)")
 
@@ -262,19 +342,64 @@ class RayExperiment:
             self._release(ray, p, graceful=True)
             running.remove(p)
             return
-        if p.phase == "start":
-            self._started(ray, p, outcome, running)
-        elif p.phase == "measure":
-            self._measured(ray, p, outcome, running)
-        else:
+        if p.phase == "stop":
             if outcome is not None:
                 self.echo(f"arm {p.arm.name}: stopping its engine: {outcome}")
             self._release(ray, p, graceful=False)
             running.remove(p)
             if p.status.state != "failed":
                 self.store.write_arm_status(p.arm.name, p.status.but("done"))
+            return
+        try:
+            if p.phase == "rendezvous":
+                self._start_ranks(ray, p, outcome)
+            elif p.phase == "start":
+                self._started(ray, p, outcome, running)
+            else:
+                self._measured(ray, p, outcome, running)
+        except RayActorError as exc:  # a rank actor lost with its node
+            self._lost(ray, p, running, waiting, exc)
+
+    def _start_ranks(self, ray: ModuleType, p: _Placed, address: str) -> None:
+        """A rank actor on every bundle but the first, each starting its node's process, then
+        rank 0 on the arm's actor (it answers /health once they have joined)."""
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        nnodes = len(p.demand.bundles)
+        for index in range(1, nnodes):
+            rank = ray.remote(RankWorker).options(
+                num_cpus=0, num_gpus=p.demand.bundles[index], max_restarts=0,
+                scheduling_strategy=PlacementGroupSchedulingStrategy(p.group, placement_group_bundle_index=index))
+            actor = rank.remote(self.spec, str(self.store.root), p.arm)
+            p.ranks.append(actor)
+            p.rank_starts.append(actor.start.remote(NodeRank(nnodes=nnodes, node_rank=index, dist_init_addr=address)))
+        p.phase = "start"
+        p.pending = p.actor.start.remote(False, NodeRank(nnodes=nnodes, node_rank=0, dist_init_addr=address))
+        self.echo(f"arm {p.arm.name}: {nnodes} engine processes, one per node, meeting at {address}")
+
+    def _rank_failure(self, ray: ModuleType, p: _Placed) -> str | None:
+        """Why a rank's start failed or its process ended (None: all started and run); a
+        lost rank actor raises Ray's actor-died error, as a lost arm actor does."""
+        for index, ref in enumerate(p.rank_starts, start=1):
+            error = ray.get(ref)
+            if error is not None:
+                return f"node rank {index}: {error}"
+        p.rank_starts = []
+        for index, actor in enumerate(p.ranks, start=1):
+            why = ray.get(actor.exited.remote())
+            if why is not None:
+                return f"node rank {index}: {why}"
+        return None
 
     def _started(self, ray: ModuleType, p: _Placed, s: Started, running: list[_Placed]) -> None:
+        if s.error is None and p.ranks:
+            rank_error = self._rank_failure(ray, p)
+            if rank_error is not None:
+                s = Started(s.node_id, error=rank_error)
+        elif s.error is not None and p.ranks:
+            rank_error = self._rank_failure(ray, p)
+            if rank_error is not None:  # rank 0 waits for the others: say why they did not come
+                s = Started(s.node_id, error=f"{rank_error}\n(rank 0: {s.error})")
         if s.error is not None:
             self.store.write_arm_status(p.arm.name, ArmStatus("failed", reason=s.error))
             self.echo(f"arm {p.arm.name}: FAILED to start: {s.error.splitlines()[0]}")
@@ -292,6 +417,10 @@ class RayExperiment:
 
     def _measured(self, ray: ModuleType, p: _Placed, m: Measured, running: list[_Placed]) -> None:
         cell = p.todo[0]
+        if m.error is not None and p.ranks:
+            rank_error = self._rank_failure(ray, p)  # a lost rank's node raises RayActorError
+            if rank_error is not None:
+                m = Measured(error=f"{m.error}\n({rank_error})")
         if m.error is not None:
             p.status = p.status.but("failed", f"cell failed: {m.error}")
             self.store.write_arm_status(p.arm.name, p.status)
@@ -357,6 +486,13 @@ class RayExperiment:
                     pass
             ray.kill(p.actor, no_restart=True)
             p.actor = None
+        for rank in p.ranks:  # after rank 0: the others end their processes with it gone
+            try:
+                ray.get(rank.stop.remote(), timeout=120)
+            except (RayActorError, RayTaskError, GetTimeoutError):
+                pass
+            ray.kill(rank, no_restart=True)
+        p.ranks, p.rank_starts = [], []
         if p.group is not None:
             ray.util.remove_placement_group(p.group)
             p.group = None

@@ -5,7 +5,7 @@ one launcher per engine kind: `VllmLauncher`, `SglangLauncher`, `SimLauncher`,
 `ExternalLauncher`.
 """
 
-from servelab.engine.adapter import ArmLaunch, EngineLauncher, RunningEngine
+from servelab.engine.adapter import ArmLaunch, EngineLauncher, NodeRank, RunningEngine
 from servelab.engine.external import ExternalLauncher
 from servelab.engine.logparse import (
     LogFact,
@@ -24,6 +24,7 @@ __all__ = [
     "EngineLauncher",
     "ExternalLauncher",
     "LogFact",
+    "NodeRank",
     "RunningEngine",
     "SglangLauncher",
     "SglangRuntime",

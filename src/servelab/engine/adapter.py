@@ -17,9 +17,27 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from servelab.engine.logparse import StartupInfo
 from servelab.speculation import SpeculativeConfig
 
-__all__ = ["ArmLaunch", "EngineLauncher", "RunningEngine", "StartupInfo"]
+__all__ = ["ArmLaunch", "EngineLauncher", "NodeRank", "RunningEngine", "StartupInfo"]
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
+
+
+class NodeRank(BaseModel):
+    """This process's place in one replica launched across nodes (SGLang's ``--nnodes``):
+    `nnodes` processes, one per node, meet at `dist_init_addr` ("HOST:PORT" on rank 0's
+    node); only rank 0 serves HTTP."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    nnodes: int = Field(ge=2)
+    node_rank: int = Field(ge=0)
+    dist_init_addr: str = Field(pattern=r"^[^:\s]+:\d{1,5}$")
+
+    @model_validator(mode="after")
+    def _rank_in_range(self) -> NodeRank:
+        if self.node_rank >= self.nnodes:
+            raise ValueError(f"node_rank {self.node_rank} must be below nnodes {self.nnodes}")
+        return self
 
 
 class ArmLaunch(BaseModel):
@@ -33,7 +51,8 @@ class ArmLaunch(BaseModel):
     always passed explicitly, so replicas started one after another get equal KV pools.
     ``cache_reset`` asks for a server whose prefix cache can be emptied between runs
     (`RunningEngine.reset_prefix_cache`; vLLM then runs with ``VLLM_SERVER_DEV_MODE=1``).
-    ``speculative`` is rendered by each adapter in its engine's flags.
+    ``speculative`` is rendered by each adapter in its engine's flags. ``node_rank`` makes
+    this launch one node's process of a replica that spans nodes (one replica only).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -54,6 +73,7 @@ class ArmLaunch(BaseModel):
     port_base: int = Field(8000, ge=1, le=65535)
     host: str = "127.0.0.1"
     speculative: SpeculativeConfig | None = None
+    node_rank: NodeRank | None = None
 
     @field_validator("name")
     @classmethod
@@ -71,6 +91,8 @@ class ArmLaunch(BaseModel):
 
     @model_validator(mode="after")
     def _fits(self) -> ArmLaunch:
+        if self.node_rank is not None and self.replicas != 1:
+            raise ValueError(f"a launch across nodes is one replica, not {self.replicas}")
         if self.port_base + self.replicas - 1 > 65535:
             raise ValueError(f"port_base {self.port_base} + {self.replicas} replicas exceeds 65535")
         need = self.gpus_per_replica * self.replicas

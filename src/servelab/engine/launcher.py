@@ -12,9 +12,9 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
 
-from servelab.engine.adapter import ArmLaunch
+from servelab.engine.adapter import ArmLaunch, NodeRank
 from servelab.engine.flags import check_flags, flag_names, resolve_flag
-from servelab.engine.process import ReplicaCommand
+from servelab.engine.process import ReplicaCommand, ServerProcess
 from servelab.engine.running import LaunchedEngine, launch
 from servelab.errors import ServelabError
 from servelab.speculation import SpeculativeConfig
@@ -81,11 +81,18 @@ class CommandLauncher(ABC):
         args += ["--host", arm.host, "--port", str(arm.port(replica))]
         if arm.speculative is not None:
             args += self.speculative_args(arm.speculative)
+        if arm.node_rank is not None:
+            args += self.node_rank_args(arm.node_rank)
         return args + list(arm.extra_args)
 
     def speculative_args(self, spec: SpeculativeConfig) -> list[str]:
         """The engine's flags for speculative decoding (engines without it refuse)."""
         raise ServelabError(f"{self.kind} arms cannot carry `speculative`")
+
+    def node_rank_args(self, rank: NodeRank) -> list[str]:
+        """The engine's flags for one node's process of a replica across nodes (engines
+        servelab does not launch that way refuse)."""
+        raise ServelabError(f"servelab does not launch {self.kind} across nodes one process per node")
 
     def replica_argv(self, arm: ArmLaunch, replica: int) -> list[str]:
         """The whole command line of one replica."""
@@ -111,7 +118,8 @@ class CommandLauncher(ABC):
                 name=f"{self.kind} arm {arm.name} replica {r}",
                 argv=self.replica_argv(arm, r),
                 env=self.replica_env(arm, r),
-                log_path=log_dir / f"{arm.name}-replica{r}.log",
+                log_path=log_dir / (f"{arm.name}-replica{r}.log" if arm.node_rank is None or arm.node_rank.node_rank == 0
+                                    else f"{arm.name}-replica{r}-node{arm.node_rank.node_rank}.log"),
                 url=f"http://{arm.host}:{arm.port(r)}",
                 host=arm.host,
                 port=arm.port(r),
@@ -145,3 +153,12 @@ class CommandLauncher(ABC):
         waves = [[commands[r] for r in wave] for wave in gpu_waves(arm)]
         return launch(waves, deadline_s - (time.monotonic() - t0), version=version,
                       reset_path=self.reset_path)
+
+    def start_rank(self, arm: ArmLaunch, log_dir: Path) -> ServerProcess:
+        """Check and start a node's process of a replica across nodes other than rank 0's:
+        it serves no HTTP, so nothing is waited for (rank 0's /health answers once every
+        rank has joined it). The process leads its own group; the caller stops it."""
+        if arm.node_rank is None or arm.node_rank.node_rank == 0:
+            raise ServelabError(f"arm {arm.name}: start_rank is for node ranks above 0 (rank 0 is `start`)")
+        [command] = self.validate(arm, log_dir, self.version())
+        return ServerProcess(command)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from servelab.engine.adapter import ArmLaunch
+from servelab.engine.adapter import ArmLaunch, NodeRank
 from servelab.engine.flags import cached_help, parse_help_options, run_capture
 from servelab.engine.launcher import ArmFlags, CommandLauncher
 from servelab.errors import ServelabError
@@ -38,6 +38,9 @@ _MANAGED = {
     "--speculative-num-steps": "speculative",
     "--speculative-eagle-topk": "speculative",
     "--speculative-num-draft-tokens": "speculative",
+    "--nnodes": "node_rank",
+    "--node-rank": "node_rank",
+    "--dist-init-addr": "node_rank",
 }
 # servelab's (vLLM's) method names -> SGLang's --speculative-algorithm; a draft model is
 # SGLang's STANDALONE, DeepSeek-style MTP runs as its EAGLE (NextN) algorithm.
@@ -91,6 +94,12 @@ class SglangLauncher(CommandLauncher):
 
     def replica_env(self, arm: ArmLaunch, replica: int) -> dict[str, str]:
         return {**self.runtime.env, **super().replica_env(arm, replica)}
+
+    def node_rank_args(self, rank: NodeRank) -> list[str]:
+        """SGLang's multi-node launch: every node runs the same command with its rank; TP and
+        PP sizes are the whole replica's, over all nodes."""
+        return ["--nnodes", str(rank.nnodes), "--node-rank", str(rank.node_rank),
+                "--dist-init-addr", rank.dist_init_addr]
 
     def speculative_args(self, spec: SpeculativeConfig) -> list[str]:
         """SGLang's `--speculative-*` flags: a chain of K draft steps (top-k 1, K + 1 tokens

@@ -20,9 +20,10 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from servelab.engine.adapter import EngineLauncher, RunningEngine
+from servelab.engine.adapter import ArmLaunch, EngineLauncher, NodeRank, RunningEngine
+from servelab.engine.launcher import CommandLauncher
 from servelab.engine.logparse import StartupInfo
-from servelab.engine.process import ReplicaCommand
+from servelab.engine.process import ReplicaCommand, ServerProcess
 from servelab.engine.running import LaunchedEngine, launch
 from servelab.errors import ServelabError
 from servelab.experiment.arms import (arm_launch, arm_ports, arm_urls, engine_path, node_layout_of,
@@ -98,21 +99,39 @@ def make_launcher(spec: ExperimentSpec, arm: ArmSpec) -> EngineLauncher:
 
 
 def start_arm(spec: ExperimentSpec, arm: ArmSpec, log_dir: Path,
-              engine: RunningEngine | None = None) -> ArmRun:
+              engine: RunningEngine | None = None, node_rank: NodeRank | None = None) -> ArmRun:
     """Start the arm and return its target; `ServelabError` says why it could not start
     (nothing started here is left running). With `engine` (another arm's, with the same
-    launch: `arms.engine_owner`) nothing is launched: only the arm's router, if any."""
+    launch: `arms.engine_owner`) nothing is launched: only the arm's router, if any. With
+    `node_rank` (rank 0) this is the serving node of a replica that spans nodes: it answers
+    /health once the other ranks (`start_rank`) have joined it."""
     if spec.engine == "sim" and spec.sim.mode == "offline":
         return _offline(spec, arm)
     if engine is not None:
         return _http(spec, arm, engine, log_dir)
     launcher = make_launcher(spec, arm)
-    launched = launcher.start(arm_launch(spec, arm), log_dir, spec.engine_defaults.startup_timeout_s)
+    launched = launcher.start(_on_node(arm_launch(spec, arm), node_rank), log_dir,
+                              spec.engine_defaults.startup_timeout_s)
     try:
         return _http(spec, arm, launched, log_dir)
     except BaseException:
         launched.stop()
         raise
+
+
+def start_rank(spec: ExperimentSpec, arm: ArmSpec, log_dir: Path, node_rank: NodeRank) -> ServerProcess:
+    """Start one node's process (rank above 0) of the arm's replica that spans nodes; it
+    serves no HTTP, so nothing is waited for. The caller stops it."""
+    launcher = make_launcher(spec, arm)
+    if not isinstance(launcher, CommandLauncher):
+        raise ServelabError(f"arm {arm.name}: engine {spec.engine} is not launched one process per node")
+    return launcher.start_rank(_on_node(arm_launch(spec, arm), node_rank), log_dir)
+
+
+def _on_node(launch_: ArmLaunch, node_rank: NodeRank | None) -> ArmLaunch:
+    if node_rank is None:
+        return launch_
+    return ArmLaunch.model_validate({**launch_.model_dump(), "node_rank": node_rank.model_dump()})
 
 
 def _offline(spec: ExperimentSpec, arm: ArmSpec) -> ArmRun:
@@ -161,4 +180,4 @@ def _start_router(spec: ExperimentSpec, arm: ArmSpec, urls: list[str], log_dir: 
     return launch([[cmd]], ROUTER_START_S)
 
 
-__all__ = ["ArmRun", "engine_path", "make_launcher", "start_arm"]
+__all__ = ["ArmRun", "engine_path", "make_launcher", "start_arm", "start_rank"]

@@ -199,3 +199,35 @@ def saturation_gap(measured: Mapping[float, LevelView], targets: Targets) -> tup
         if measured[b].saturated:
             return a, b
     return None
+
+
+def lookahead(axis: LevelAxis, measured: Mapping[float, LevelView], first: tuple[float, str],
+              width: int) -> list[float]:
+    """Up to `width` levels to measure at once, `first` (what `next_level` chose) first, then
+    those the sequential search may ask for next whatever `first` shows: while bracketing,
+    the chain's next levels; while bisecting the gap around `first`, the midpoints of its
+    two halves, then of their halves (breadth first). The search still consumes levels in
+    its own order, so with deterministic measurements its path is the sequential one; the
+    levels it never asks for are extra work, done at the same time."""
+    x, why = first
+    out = [x]
+    if why == "bracket":
+        for c in axis.chain():
+            if len(out) >= width:
+                break
+            if c > x and c not in measured:
+                out.append(c)
+        return out
+    below = [m for m in measured if m < x]
+    above = [m for m in measured if m > x]
+    if not below or not above:
+        return out
+    gaps = [(max(below), x), (x, min(above))]
+    while gaps and len(out) < width:
+        a, b = gaps.pop(0)
+        m = axis.mid(a, b)
+        if m is None or m in measured or m in out:
+            continue
+        out.append(m)
+        gaps += [(a, m), (m, b)]
+    return out

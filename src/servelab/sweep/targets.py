@@ -90,13 +90,29 @@ def open_arm(spec_path: Path, arm_name: str | None, log_dir: Path,
              arm_update: dict[str, Any] | None = None) -> OpenTarget:
     """Start arm `arm_name` (default: the baseline) of the spec; `arm_update` overrides
     arm fields (the tuner's trial parameters)."""
+    return open_spec_arm(load_spec(spec_path), arm_name, log_dir, arm_update, label=str(spec_path))
+
+
+def open_spec_arm(spec: Any, arm_name: str | None, log_dir: Path, arm_update: dict[str, Any] | None = None,
+                  *, label: str = "the spec", port_base: int | None = None) -> OpenTarget:
+    """`open_arm` for a loaded spec; `port_base` moves the spec's ports (a second copy of
+    the arm on the same node)."""
     from servelab.experiment.launch import start_arm
 
-    spec = load_spec(spec_path)
     arm = arm_of(spec, arm_name)
     if arm_update:
         arm = arm.model_validate({**arm.model_dump(), **arm_update})
         spec = spec.model_copy(update={"arms": [arm if a.name == arm.name else a for a in spec.arms]})
+    if port_base is not None:
+        spec = spec.model_copy(update={"engine_defaults": spec.engine_defaults.model_copy(
+            update={"port_base": port_base})})
+    view = arm_view(spec, arm)
+    started = start_arm(spec, arm, log_dir)
+    return OpenTarget(started.target, view, f"arm {arm.name} of {label} ({spec.engine})", started.stop)
+
+
+def arm_view(spec: Any, arm: Any) -> PlannerView:
+    """What the planner knows of a spec's arm, without launching it."""
     planner = None
     if spec.hardware.gpu is not None:
         try:
@@ -106,10 +122,49 @@ def open_arm(spec_path: Path, arm_name: str | None, log_dir: Path,
     seqs = arm.args.get("max_num_seqs")
     if seqs is None and planner is not None:
         seqs = planner.memory().max_num_seqs
-    started = start_arm(spec, arm, log_dir)
     gpus = arm.tensor_parallel_size * arm.pipeline_parallel_size * arm.replicas
-    return OpenTarget(started.target, PlannerView(int(seqs) if seqs is not None else None, gpus, planner),
-                      f"arm {arm.name} of {spec_path} ({spec.engine})", started.stop)
+    return PlannerView(int(seqs) if seqs is not None else None, gpus, planner)
+
+
+@dataclass(frozen=True)
+class SimCopies:
+    """Opens copies of the offline simulator (each in its own process: one CPU, no GPU)."""
+
+    opts: SimOptions
+    gpus: int = 0
+
+    def __call__(self, copy: int) -> OpenTarget:
+        return open_sim(self.opts)
+
+    def view(self) -> tuple[PlannerView, str]:
+        ot = open_sim(self.opts)
+        return ot.planner, ot.describe
+
+
+@dataclass(frozen=True)
+class ArmCopies:
+    """Opens copies of a spec's arm: copy i on ports after copy i - 1's (copies may share a
+    node) and with its logs under `log_root/copy<i>`."""
+
+    spec: Any
+    arm_name: str | None
+    log_root: Path
+    label: str
+
+    @property
+    def gpus(self) -> int:
+        arm = arm_of(self.spec, self.arm_name)
+        return 0 if self.spec.engine == "sim" and self.spec.sim.mode == "offline" else (
+            arm.tensor_parallel_size * arm.pipeline_parallel_size * arm.replicas)
+
+    def __call__(self, copy: int) -> OpenTarget:
+        stride = sum(a.replicas + 1 for a in self.spec.arms)
+        return open_spec_arm(self.spec, self.arm_name, self.log_root / f"copy{copy}", label=self.label,
+                             port_base=self.spec.engine_defaults.port_base + copy * stride)
+
+    def view(self) -> tuple[PlannerView, str]:
+        arm = arm_of(self.spec, self.arm_name)
+        return arm_view(self.spec, arm), f"arm {arm.name} of {self.label} ({self.spec.engine})"
 
 
 def arm_of(spec: Any, name: str | None) -> Any:
