@@ -228,6 +228,32 @@ def test_sweep_levels_on_ray_follow_the_sequential_path(cluster: LocalCluster, t
     assert files(tmp_path / "ray") == files(tmp_path / "alone")  # levels the search never took are not written
 
 
+def test_bench_with_ray_workers_splits_one_schedule_over_nodes(cluster: LocalCluster, token_server,
+                                                                tmp_path: Path) -> None:
+    """Three client actors on three nodes send one schedule from one start: every request
+    once, the concurrency cap split 2 + 2 + 2 (the server saw 6 at most, and 6), one
+    timeline (the server's TTFTs bound the client's), each actor's share and lag reported."""
+    srv = token_server(ttft_ms=20, itl_ms=5)
+    run = subprocess.run(
+        [sys.executable, "-m", "servelab", "bench", "--base-url", srv.url, "--model", "M",
+         "--dataset-name", "random", "--random-input-len", "16", "--random-output-len", "8",
+         "--num-prompts", "30", "--max-concurrency", "6", "--ignore-eos", "--no-progress",
+         "--ray-workers", "3", "--ray", cluster.address, "--save-result", "--result-dir", str(tmp_path),
+         "--result-filename", "r.json"], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    truth, streams = srv.stats(), [q["truth"] for q in srv.requests()][1:]  # less the test request
+    r = json.loads((tmp_path / "r.json").read_text())
+    assert (r["completed"], r["failed"], r["total_output_tokens"]) == (30, 0, 240)
+    assert truth["max_in_flight"] == 6 and len(streams) == 30
+    assert 30 * r["mean_ttft_ms"] >= sum(t["ttft_ms"] for t in streams)
+    assert r["request_throughput"] == pytest.approx(30 / r["duration"])
+    shares = r["servelab"]["client_workers"]
+    assert [s["requests"] for s in shares] == [10, 10, 10]
+    assert len({s["node_id"] for s in shares}) == 3  # spread: one actor per node
+    assert all(s["sched_lag_ms"]["max"] >= s["sched_lag_ms"]["mean"] >= 0 for s in shares)
+    assert run.stdout.count("client worker ") == 3
+
+
 SGLANG_ACROSS_NODES = """\
 name: sgl
 engine: sglang

@@ -149,6 +149,8 @@ def bench(
     request_timeout_s: float = typer.Option(600.0, "--request-timeout-s"),
     api_key: Optional[str] = typer.Option(None, "--api-key", help="Bearer token (default: $OPENAI_API_KEY); never written anywhere."),
     num_client_processes: int = typer.Option(1, "--num-client-processes", help="Client processes sharing the schedule."),
+    ray_workers: int = typer.Option(0, "--ray-workers", help="Client actors on a Ray cluster sharing the schedule, spread over its nodes, with one start time (needs servelab[ray]; the server's URL must be reachable from every node)."),
+    ray: str = typer.Option("auto", "--ray", help="Ray cluster for --ray-workers: HOST:PORT or auto."),
     label: Optional[str] = typer.Option(None, "--label", help="Result file name prefix and label (default: --backend)."),
     no_progress: bool = typer.Option(False, "--no-progress", "--disable-tqdm", help="No live progress bar."),
     json_out: bool = typer.Option(False, "--json", help="Print the result JSON on stdout."),
@@ -165,6 +167,10 @@ def bench(
     meta = parse_metadata(metadata_items)
     if num_client_processes < 1:
         raise ServelabError(f"--num-client-processes {num_client_processes}: must be >= 1")
+    if ray_workers < 0:
+        raise ServelabError(f"--ray-workers {ray_workers}: must be >= 1 (0: no Ray)")
+    if ray_workers and num_client_processes > 1:
+        raise ServelabError("--ray-workers and --num-client-processes: give one (each Ray worker is one client process)")
     if tokenizer_mode not in ("auto", "hf"):
         raise ServelabError(f"--tokenizer-mode {tokenizer_mode}: servelab loads tokenizer.json "
                             "files with the tokenizers library (vLLM's 'hf' fast tokenizer); "
@@ -211,10 +217,18 @@ def bench(
         # Texts only where a figure needs them: --save-detailed's generated_texts, the
         # history of multi-turn sessions, chat's reasoning tokens.
         keep_text=save_detailed or work.sessions is not None or target.backend.chat)
+    remote = None
+    if ray_workers:
+        from servelab.distributed.raybench import RayClients
+
+        remote = RayClients(ray, ray_workers)
+        if urlsplit(target.base_url).hostname in _LOCAL_HOSTS:
+            say(f"note: --ray-workers: workers on other nodes cannot reach {target.base_url}; give the "
+                "server's address as the nodes see it")
     plan = RunPlan(max_concurrency=max_concurrency, num_warmups=num_warmups,
                    processes=num_client_processes, ready_check_timeout_s=float(ready_check_timeout_sec),
                    profile=profile, progress=not no_progress,
-                   sample_gpu=urlsplit(target.base_url).hostname in _LOCAL_HOSTS)
+                   sample_gpu=urlsplit(target.base_url).hostname in _LOCAL_HOSTS, remote=remote)
     say(f"bench: {len(work.requests)} requests to {target.url}, seed {seed}")
     sent = _run_loop(bench_run(target, work.requests, intended, plan, say, work.sessions))
     target = sent.target
@@ -234,6 +248,8 @@ def bench(
     data = result_json(result, detailed=save_detailed)
     if save_detailed and work.sessions is not None:
         data["servelab"].update(detailed_columns(work.requests, work.sessions, sent.records))
+    if remote is not None:
+        data["servelab"]["client_workers"] = [share.to_json() for share in remote.shares]
     if saving:
         path = _result_path(result_dir, result_filename, run)
         write_result(path, data, append_result)
@@ -244,6 +260,10 @@ def bench(
         out.print(line, highlight=False, markup=False, soft_wrap=True)
     for line in warnings_for(result):
         out.print(f"warning: {line}", highlight=False, markup=False, soft_wrap=True)
+    for share in remote.shares if remote is not None else ():
+        out.print(f"client worker {share.worker} on node {share.node_id[:12]}: {share.requests} requests, "
+                  f"scheduling lag mean {share.sched_lag_mean_ms:.2f} / p99 {share.sched_lag_p99_ms:.2f} / "
+                  f"max {share.sched_lag_max_ms:.2f} ms", highlight=False, markup=False, soft_wrap=True)
     if json_out:
         sys.stdout.write(json.dumps(data) + "\n")
     if sent.interrupted:

@@ -23,12 +23,13 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Protocol
 
 import aiohttp
 import numpy as np
 
 from servelab.client.console import LiveProgress
-from servelab.client.sender import ScheduleSender, send_schedule
+from servelab.client.sender import OnProgress, ScheduleSender, send_schedule
 from servelab.client.sessions import send_sessions
 from servelab.client.target import TargetConfig, check_reachable, tls_connector
 from servelab.client.workers import send_schedule_processes
@@ -46,11 +47,25 @@ READY_RETRY_S = 5.0  # vLLM's ready checker retries every 5 s
 _NOT_READY_KINDS = frozenset({"connect", "http_502", "http_503", "http_504"})
 
 
+class RemoteClients(Protocol):
+    """Clients elsewhere that each send a share of the schedule from one shared start (Ray
+    actors on several nodes: `servelab.distributed.raybench`). Like
+    `send_schedule_processes`: request i to client i mod n, the cap split, warm-ups shared;
+    the records come back merged, with times relative to the shared t0."""
+
+    async def send(self, target: TargetConfig, requests: Sequence[RequestSpec], intended_s: Sequence[float],
+                   max_concurrency: int | None, num_warmups: int, on_progress: OnProgress,
+                   stop: asyncio.Event, on_start: Callable[[float], None],
+                   before_t0: Callable[[], Awaitable[object]]) -> list[RequestRecord]:
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class RunPlan:
     """How to send: the concurrency cap, warm-ups, client processes, the ready-check
     timeout (s; 0: the test request is sent once and /v1/models asked once, no waiting), whether to drive the
-    server's profiler, the progress bar, and whether to sample the local GPUs."""
+    server's profiler, the progress bar, whether to sample the local GPUs, and the remote
+    clients that send the schedule instead of this process (None: this machine sends)."""
 
     max_concurrency: int | None
     num_warmups: int
@@ -59,6 +74,7 @@ class RunPlan:
     profile: bool
     progress: bool
     sample_gpu: bool
+    remote: RemoteClients | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,9 +169,9 @@ async def bench_run(target: TargetConfig, requests: Sequence[RequestSpec],
     """Run the whole sequence of the module docstring; `say` prints a progress line.
     With `sessions`, `intended_s` are the sessions' start times (`client.sessions`)."""
     target.backend.check_sendable(requests)
-    if sessions is not None and plan.processes > 1:
-        raise ServelabError("--num-client-processes: multi-turn sessions are sent by one client "
-                            "process (each turn waits for the answer before it)")
+    if sessions is not None and (plan.processes > 1 or plan.remote is not None):
+        raise ServelabError("--num-client-processes / --ray-workers: multi-turn sessions are sent by "
+                            "one client process (each turn waits for the answer before it)")
     models = await _reachable(target, plan.ready_check_timeout_s, say)
     if not target.model:
         if not models:
@@ -224,6 +240,10 @@ async def _send(target: TargetConfig, requests: Sequence[RequestSpec], intended:
             records = await send_sessions(
                 target, requests, sessions, intended, plan.max_concurrency, plan.num_warmups,
                 progress.update, stop=stop, on_start=on_start, before_t0=before_t0)
+        elif plan.remote is not None:
+            records = await plan.remote.send(
+                target, requests, intended, plan.max_concurrency, plan.num_warmups,
+                progress.update, stop, on_start, before_t0)
         elif plan.processes > 1:
             records = await send_schedule_processes(
                 target, requests, intended, plan.processes, plan.max_concurrency,
