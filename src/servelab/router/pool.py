@@ -24,6 +24,7 @@ class BackendState:
     in_flight: int = 0
     consecutive_errors: int = 0
     consecutive_ok_checks: int = 0
+    health_checks: int = 0  # active checks done: how far the checker has got, for observers
     telemetry: ServerSnapshot | None = None
     telemetry_at_s: float | None = None
     ewma_ttft: Ewma = field(default_factory=lambda: Ewma(0.2))
@@ -97,6 +98,7 @@ class BackendPool:
     def record_check(self, index: int, ok: bool) -> str | None:
         """An active health check's result; returns "ejected" / "readmitted" on a change."""
         b = self.backends[index]
+        b.health_checks += 1
         if not ok:
             b.consecutive_ok_checks = 0
             if b.healthy:

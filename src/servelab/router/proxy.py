@@ -194,8 +194,8 @@ class Router:
                    content_type=None)
 
     def _health(self, req: Request, reply: Reply) -> None:
-        backends = [{"url": b.url, "healthy": b.healthy, "in_flight": b.in_flight}
-                    for b in self.pool.backends]
+        backends = [{"url": b.url, "healthy": b.healthy, "in_flight": b.in_flight,
+                     "health_checks": b.health_checks} for b in self.pool.backends]
         ok = not self.draining and any(b["healthy"] for b in backends)
         reply.json(200 if ok else 503, {"ok": ok, "draining": self.draining, "backends": backends})
 
