@@ -63,89 +63,36 @@ def sweep_cmd(
 ) -> None:
     """Sweep load levels adaptively (bracket, then bisect): knee, capacity under the SLO, why it bends."""
     from servelab.experiment.spec import NumPromptsRule
-    from servelab.sweep.levels import LevelAxis, Targets
-    from servelab.sweep.plots import sweep_plot
-    from servelab.storage import check_writable_dir, write_json_atomic
     from servelab.sweep.report import outcome_json, summary_lines, sweep_table
-    from servelab.sweep.runner import LevelSource, OneTarget, SweepConfig, sweep_levels
+    from servelab.sweep.request import SweepRequest, UrlTarget, run_sweep_request
     from servelab.sweep.slo import parse_slo
-    from servelab.sweep.targets import ArmCopies, SimCopies, open_arm, open_sim, open_url, spec_dataset
 
-    chosen = [n for n, on in (("--base-url", base_url is not None), ("--sim", sim), ("--spec", spec is not None)) if on]
-    if len(chosen) != 1:
-        raise ServelabError("give exactly one target: --base-url URL, --sim (with --model, --gpu) or --spec FILE")
-    if ray is not None and base_url is not None:
-        raise ServelabError("--ray with --base-url: levels measured at once would load the one server together; "
-                            "give --sim or --spec (each copy is its own engine)")
-    if mode not in ("concurrency", "rate"):
-        raise ServelabError(f"--mode {mode!r}: use concurrency or rate")
-    for flag, value, low in (("--repetitions", repetitions, 1), ("--max-levels", max_levels, 2),
-                             ("--prompts-per-concurrency", prompts_per_concurrency, 1),
-                             ("--min-prompts", min_prompts, 1), ("--num-warmups", num_warmups, 0)):
-        if value < low:
-            raise ServelabError(f"{flag} {value}: must be >= {low}")
-    if max_prompts < min_prompts:
-        raise ServelabError(f"--max-prompts {max_prompts} is below --min-prompts {min_prompts}")
-    if not 0 < knee_tolerance < 1 or not 0 < flat_gain < 1:
-        raise ServelabError("--knee-tolerance and --flat-gain must be in (0, 1)")
-    if rate_duration_s <= 0 or burstiness <= 0:
-        raise ServelabError("--rate-duration-s and --burstiness must be > 0")
-    if out is not None:
-        check_writable_dir(out, "--out")  # before the first level runs
-    hi = max_level if max_level is not None else (1024.0 if mode == "concurrency" else 100.0)
-    axis = LevelAxis(mode, min_level, hi, growth, rate_resolution)  # type: ignore[arg-type]
-    slo_obj = parse_slo(list(slo), slo_percentile) if slo else None
-    err = make_console(stderr=True)
-    if spec is not None:
-        dataset, spec_obj = spec_dataset(spec, workload)
-        if slo_obj is None and spec_obj.slo is not None:  # type: ignore[attr-defined]
-            s = spec_obj.slo  # type: ignore[attr-defined]
-            items = [f"{m}:{v}" for m, v in (("ttft", s.ttft_ms), ("tpot", s.tpot_ms), ("e2el", s.e2el_ms)) if v]
-            slo_obj = parse_slo(items, s.percentile) if items else None
-    elif sim:
-        if engine.model is None or engine.gpu is None:
-            raise ServelabError("--sim needs --model (catalog name) and --gpu (catalog GPU)")
-    elif not engine.model:
-        raise ServelabError("--base-url needs --model (the served model name)")
-    cfg = SweepConfig(
-        axis=axis, dataset=dataset,
-        targets=Targets(knee=True, slo=slo_obj is not None, saturation=mode == "rate",
-                        knee_tolerance=knee_tolerance, flat_gain=flat_gain, max_levels=max_levels),
-        repetitions=repetitions,
+    if sim and (engine.model is None or engine.gpu is None):
+        raise ServelabError("--sim needs --model (catalog name) and --gpu (catalog GPU)")
+    url = None
+    if base_url is not None:
+        url = UrlTarget(base_url, engine.model, backend, request_timeout, engine.gpu, engine.max_num_seqs,
+                        engine.tensor_parallel_size * engine.replicas)
+    req = SweepRequest(
+        dataset=dataset, seed=seed, url=url, sim=engine.options() if sim else None, spec=spec, arm=arm,
+        workload=workload, mode=mode, min_level=min_level, max_level=max_level, growth=growth,
+        rate_resolution=rate_resolution, repetitions=repetitions, knee_tolerance=knee_tolerance,
+        flat_gain=flat_gain, max_levels=max_levels,
         prompts=NumPromptsRule(per_concurrency=prompts_per_concurrency, per_rate_s=rate_duration_s,
                                min=min_prompts, max=max_prompts),
-        num_warmups=num_warmups, seed=seed, slo=slo_obj,
-        percentile=slo_obj.percentile if slo_obj else slo_percentile,
-        burstiness=burstiness, max_concurrency=max_concurrency, bootstrap_seed=seed)
+        num_warmups=num_warmups, burstiness=burstiness, max_concurrency=max_concurrency,
+        slo=parse_slo(list(slo), slo_percentile) if slo else None, slo_percentile=slo_percentile, out=out)
+    err = make_console(stderr=True)
+
     def echo(line: str) -> None:
         err.print(line, highlight=False, markup=False)
 
-    source: LevelSource
+    pool = None
     if ray is not None:
-        from servelab.distributed.raysweep import RayLevelPool
+        from servelab.distributed.raysweep import pool_on
 
-        copies = (ArmCopies(spec_obj, arm, (out or Path(".")) / "logs", str(spec)) if spec is not None
-                  else SimCopies(engine.options()))
-        planner, describe = copies.view()
-        err.print(f"sweeping {describe} on Ray ({ray}), seed {seed}", highlight=False)
-        pool = RayLevelPool(ray, copies, copies.gpus, echo)
-        source, close = pool, pool.close
-    else:
-        ot = (open_arm(spec, arm, (out or Path(".")) / "logs") if spec is not None
-              else open_sim(engine.options()) if sim
-              else open_url(base_url or "", engine.model or "", backend, engine.gpu, request_timeout,
-                            engine.max_num_seqs, engine.tensor_parallel_size * engine.replicas))
-        planner, describe = ot.planner, ot.describe
-        err.print(f"sweeping {describe}, seed {seed}", highlight=False)
-        source, close = OneTarget(ot, None, out), ot.close
-    try:
-        outcome = sweep_levels(source, cfg, planner, describe, out, echo)
-    finally:
-        close()
-    summary = outcome_json(outcome)
-    if out is not None:
-        write_json_atomic(out / "sweep.json", summary)
-        sweep_plot(outcome, out / "sweep.png")
+        pool = pool_on(ray, echo)
+    outcome = run_sweep_request(req, echo, pool)
     console = make_console(stderr=as_json)
     console.print(sweep_table(outcome))
     for line in summary_lines(outcome):
@@ -153,7 +100,7 @@ def sweep_cmd(
     if out is not None:
         console.print(f"results in {out}/ (levels/*.json, sweep.json, sweep.png)", highlight=False)
     if as_json:
-        sys.stdout.write(json.dumps(summary) + "\n")
+        sys.stdout.write(json.dumps(outcome_json(outcome)) + "\n")
 
 
 def register(app: typer.Typer) -> None:

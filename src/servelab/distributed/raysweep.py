@@ -109,3 +109,14 @@ class RayLevelPool:
         self.actors = []
         if errors:
             raise ServelabError("; ".join(errors))
+
+
+def pool_on(address: str, echo: Callable[[str], None] = lambda _l: None) -> Callable[[Any], tuple[RayLevelPool, Callable[[], None]]]:
+    """What `sweep.request.run_sweep_request` takes as `pool`: copies of its target on the
+    cluster at `address`, and how to end them."""
+
+    def pool(copies: Any) -> tuple[RayLevelPool, Callable[[], None]]:
+        p = RayLevelPool(address, copies, copies.gpus, echo)
+        return p, p.close
+
+    return pool
