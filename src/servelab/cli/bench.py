@@ -6,46 +6,34 @@ after one flag, as vLLM's do (`--goodput ttft:250 tpot:100`, `--metadata a=1 b=2
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import json
 import os
 import sys
-import uuid
 from pathlib import Path
 from typing import Optional
 from urllib.parse import urlsplit
 
-import numpy as np
 import typer
 
+from servelab.benchmark import BenchOutcome, BenchRequest, SaveTo, run_bench
 from servelab.cli.bench_refused import refused_flags
 from servelab.cli.flags import load_flags, sampling_flags, workload_flags
 from servelab.cli.output import make_console
 from servelab.client.backends import SamplingParams, get_backend
 from servelab.client.console import summary_lines, warnings_for
-from servelab.client.run import RunPlan, bench_run, lora_sequence, rps_change_events
-from servelab.client.sessions import detailed_columns
 from servelab.client.target import TargetConfig
-from servelab.client.workers import new_event_loop
 from servelab.errors import ServelabError
-from servelab.metrics.result import RunInfo, parse_metadata, write_result
+from servelab.metrics.result import parse_metadata
 from servelab.metrics.summary import (
     SummaryOptions,
     parse_goodput,
     parse_metric_percentiles,
     parse_percentile_metrics,
-    summarize,
 )
-from servelab.metrics.traps import result_json
-from servelab.storage import check_writable, check_writable_dir
-from servelab.workload.arrivals import ArrivalOptions, rates_rps, schedule_s
-from servelab.workload.datasets import DatasetOptions, build_workload
-from servelab.workload.tokenizer import load_tokenizer
+from servelab.workload.arrivals import ArrivalOptions
+from servelab.workload.datasets import DatasetOptions
 
-_LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
-# vLLM forces ignore_eos for these, so generation runs to the requested length.
-_IGNORE_EOS_DATASETS = ("random", "random-mm", "timed_trace")
 
 
 def _headers(items: list[str]) -> tuple[tuple[str, str], ...]:
@@ -82,28 +70,6 @@ def _target(base_url: str | None, host: str, port: int, endpoint: str | None, ba
     return TargetConfig(base_url=url, endpoint=endpoint or be.default_endpoint, backend=be,
                         model=model, request_timeout_s=timeout_s,
                         api_key=api_key or os.environ.get("OPENAI_API_KEY") or None)
-
-
-def _rps_word(rps: float | None) -> str:
-    # vLLM's ramp-up rates are ints ("20"); servelab's may be fractional ("20.5").
-    return f"{rps:g}" if rps is not None else "None"
-
-
-def _result_path(result_dir: Path | None, filename: str | None, run: RunInfo) -> Path:
-    """vLLM's result file name unless one is given: `{label}-{rate}qps[-concurrencyN]-
-    {model}-{date}.json` (the rate as Python prints a float: "10.0", "inf"), or with a
-    ramp-up `{label}-ramp-up-{strategy}-{start}qps-{end}qps[-concurrencyN]-{model}-
-    {date}.json` (whole rates as ints, as vLLM's int flags print)."""
-    if filename is None:
-        label = run.label or run.backend
-        if run.ramp_up_strategy is not None:
-            rate = (f"ramp-up-{run.ramp_up_strategy}-{_rps_word(run.ramp_up_start_rps)}qps-"
-                    f"{_rps_word(run.ramp_up_end_rps)}qps")
-        else:
-            rate = f"{float(run.request_rate)}qps"
-        conc = f"-concurrency{run.max_concurrency}" if run.max_concurrency is not None else ""
-        filename = f"{label}-{rate}{conc}-{run.model_id.split('/')[-1]}-{run.date}.json"
-    return (result_dir or Path(".")) / filename
 
 
 @refused_flags
@@ -160,112 +126,53 @@ def bench(
     # vLLM's several-values flags (`--goodput ttft:250 tpot:100`) arrive repeated, one value
     # each: the CLI's entry expands them (servelab.cli.flags.expand_nargs).
     goodput_items, metadata_items = list(goodput or []), list(metadata or [])
-    opts = SummaryOptions(
-        percentile_metrics=parse_percentile_metrics(percentile_metrics or "ttft,tpot,itl"),
-        metric_percentiles=parse_metric_percentiles(metric_percentiles),
-        goodput=parse_goodput(goodput_items) if goodput_items else None)
-    meta = parse_metadata(metadata_items)
-    if num_client_processes < 1:
-        raise ServelabError(f"--num-client-processes {num_client_processes}: must be >= 1")
-    if ray_workers < 0:
-        raise ServelabError(f"--ray-workers {ray_workers}: must be >= 1 (0: no Ray)")
-    if ray_workers and num_client_processes > 1:
-        raise ServelabError("--ray-workers and --num-client-processes: give one (each Ray worker is one client process)")
     if tokenizer_mode not in ("auto", "hf"):
         raise ServelabError(f"--tokenizer-mode {tokenizer_mode}: servelab loads tokenizer.json "
                             "files with the tokenizers library (vLLM's 'hf' fast tokenizer); "
                             "use auto or hf")
-    if lora_assignment not in ("random", "round-robin"):
-        raise ServelabError(f"--lora-assignment {lora_assignment}: choose random or round-robin")
-    if logprobs is not None and logprobs < 0:
-        raise ServelabError(f"--logprobs {logprobs}: must be >= 0")
-    if ready_check_timeout_sec < 0:
-        raise ServelabError(f"--ready-check-timeout-sec {ready_check_timeout_sec}: must be >= 0")
-    target = _target(base_url, host, port, endpoint, backend, served_model_name or model or "",
-                     request_timeout_s, api_key)
-    saving = save_result or append_result
-    if saving:  # before any request: a bad path must not lose the run
-        if result_filename is not None:
-            check_writable((result_dir or Path(".")) / result_filename, "--result-dir/--result-filename")
-        else:
-            check_writable_dir(result_dir or Path("."), "--result-dir")
-    err = make_console(stderr=True)
-
-    def say(line: str) -> None:
-        err.print(line, highlight=False, markup=False, soft_wrap=True)
-
-    tok = load_tokenizer(dataset.tokenizer)
-    work = build_workload(dataset, tok, seed)
-    if not work.requests:
-        raise ServelabError("the workload has no requests")
-    for note in work.notes:
-        say(f"note: {note}")  # plain: notes quote paths and names verbatim
-    forced_eos = dataset.dataset_name in _IGNORE_EOS_DATASETS
-    if sampling.temperature is None:
-        say("note: no --temperature: the server's default applies (vLLM: the model's "
-            "generation_config), as in vllm bench serve; --temperature 0 for greedy")
-    rng = np.random.default_rng(seed)
-    intended = schedule_s(work, arrivals, rng, sessions=True)
-    target = dataclasses.replace(
-        target, sampling=sampling, ignore_eos=ignore_eos or forced_eos,
-        extra_headers=_headers(list(header or [])), extra_body=_extra_body(extra_body),
-        logprobs=logprobs,
-        request_id_prefix=request_id_prefix if request_id_prefix is not None else f"bench-{uuid.uuid4().hex[:8]}-",
-        lora_models=lora_sequence(list(lora_modules or []), lora_assignment, len(work.requests),
-                                  np.random.default_rng([seed, 1])),
-        verify_tls=not insecure,
-        # Texts only where a figure needs them: --save-detailed's generated_texts, the
-        # history of multi-turn sessions, chat's reasoning tokens.
-        keep_text=save_detailed or work.sessions is not None or target.backend.chat)
+    if ray_workers < 0:
+        raise ServelabError(f"--ray-workers {ray_workers}: must be >= 1 (0: no Ray)")
+    target = dataclasses.replace(_target(base_url, host, port, endpoint, backend, served_model_name or model or "",
+                                         request_timeout_s, api_key), verify_tls=not insecure)
     remote = None
     if ray_workers:
         from servelab.distributed.raybench import RayClients
 
         remote = RayClients(ray, ray_workers)
-        if urlsplit(target.base_url).hostname in _LOCAL_HOSTS:
-            say(f"note: --ray-workers: workers on other nodes cannot reach {target.base_url}; give the "
-                "server's address as the nodes see it")
-    plan = RunPlan(max_concurrency=max_concurrency, num_warmups=num_warmups,
-                   processes=num_client_processes, ready_check_timeout_s=float(ready_check_timeout_sec),
-                   profile=profile, progress=not no_progress,
-                   sample_gpu=urlsplit(target.base_url).hostname in _LOCAL_HOSTS, remote=remote)
-    say(f"bench: {len(work.requests)} requests to {target.url}, seed {seed}")
-    sent = _run_loop(bench_run(target, work.requests, intended, plan, say, work.sessions))
-    target = sent.target
-    result = summarize(sent.records, max(sent.t_end - sent.t0, 1e-9), opts)
-    rps_events = (rps_change_events(rates_rps(len(work.requests), arrivals).tolist(), sent.records,
-                                    sent.wall_t0) if arrivals.ramp_up_strategy else ())
-    run = RunInfo.now(
-        backend=target.backend.name, label=label or target.backend.name, model_id=model or target.model,
-        tokenizer_id=work.tokenizer.name, num_prompts=len(work.requests), arrivals=arrivals,
-        max_concurrency=max_concurrency, metadata=meta, seed=seed, tokenizer=work.tokenizer.source,
-        sampling=sampling.fields(), ignore_eos=target.ignore_eos, rps_change_events=rps_events)
-    result = result.with_run(run).with_server(sent.server)
-    if sent.gpu is not None:
-        result = result.with_gpu(sent.gpu)
-    if sent.interrupted:
-        result = result.as_partial()
-    data = result_json(result, detailed=save_detailed)
-    if save_detailed and work.sessions is not None:
-        data["servelab"].update(detailed_columns(work.requests, work.sessions, sent.records))
-    if remote is not None:
-        data["servelab"]["client_workers"] = [share.to_json() for share in remote.shares]
-    if saving:
-        path = _result_path(result_dir, result_filename, run)
-        write_result(path, data, append_result)
-        say(f"result written to {path}")
+    req = BenchRequest(
+        target=target, dataset=dataset, seed=seed, arrivals=arrivals, sampling=sampling,
+        summary=SummaryOptions(percentile_metrics=parse_percentile_metrics(percentile_metrics or "ttft,tpot,itl"),
+                               metric_percentiles=parse_metric_percentiles(metric_percentiles),
+                               goodput=parse_goodput(goodput_items) if goodput_items else None),
+        max_concurrency=max_concurrency, num_warmups=num_warmups, model=model, label=label,
+        metadata=parse_metadata(metadata_items), lora_modules=tuple(lora_modules or ()),
+        lora_assignment=lora_assignment, ignore_eos=ignore_eos, logprobs=logprobs,
+        headers=_headers(list(header or [])), extra_body=_extra_body(extra_body),
+        request_id_prefix=request_id_prefix, ready_check_timeout_s=float(ready_check_timeout_sec),
+        profile=profile, progress=not no_progress,
+        save=SaveTo(result_dir, result_filename, append_result) if save_result or append_result else None,
+        save_detailed=save_detailed, processes=num_client_processes, remote=remote)
+    err = make_console(stderr=True)
+    done = run_bench(req, lambda line: err.print(line, highlight=False, markup=False, soft_wrap=True))
+    _print(done, json_out)
+
+
+def _print(done: BenchOutcome, json_out: bool) -> None:
+    """vLLM's summary block, warnings, each remote client's share; the exit code."""
+    result, sent = done.result, done.sent
     out = make_console(stderr=json_out)
     title = " Serving Benchmark Result " + ("(partial) " if sent.interrupted else "")
     for line in summary_lines(result, title):
         out.print(line, highlight=False, markup=False, soft_wrap=True)
     for line in warnings_for(result):
         out.print(f"warning: {line}", highlight=False, markup=False, soft_wrap=True)
-    for share in remote.shares if remote is not None else ():
-        out.print(f"client worker {share.worker} on node {share.node_id[:12]}: {share.requests} requests, "
-                  f"scheduling lag mean {share.sched_lag_mean_ms:.2f} / p99 {share.sched_lag_p99_ms:.2f} / "
-                  f"max {share.sched_lag_max_ms:.2f} ms", highlight=False, markup=False, soft_wrap=True)
+    for share in done.data["servelab"].get("client_workers", ()):
+        lag = share["sched_lag_ms"]
+        out.print(f"client worker {share['worker']} on node {share['node_id'][:12]}: {share['requests']} requests, "
+                  f"scheduling lag mean {lag['mean']:.2f} / p99 {lag['p99']:.2f} / max {lag['max']:.2f} ms",
+                  highlight=False, markup=False, soft_wrap=True)
     if json_out:
-        sys.stdout.write(json.dumps(data) + "\n")
+        sys.stdout.write(json.dumps(done.data) + "\n")
     if sent.interrupted:
         # sys.exit, not typer.Exit: in non-standalone mode click returns Exit's code
         # instead of exiting with it, and the CLI's main() does not pass it on.
@@ -273,13 +180,9 @@ def bench(
     if result.completed == 0:
         first = next((r for r in sent.records if not r.warmup and r.error), None)
         why = f"; the first: {first.error_kind}: {first.error}" if first is not None else ""
-        say(f"error: all {result.failed} requests failed{why}")
+        make_console(stderr=True).print(f"error: all {result.failed} requests failed{why}", highlight=False,
+                                        markup=False, soft_wrap=True)
         sys.exit(1)
-
-
-def _run_loop(coro):  # type: ignore[no-untyped-def]
-    with asyncio.Runner(loop_factory=new_event_loop) as runner:
-        return runner.run(coro)
 
 
 def register(app: typer.Typer) -> None:

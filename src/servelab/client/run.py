@@ -59,6 +59,11 @@ class RemoteClients(Protocol):
                    before_t0: Callable[[], Awaitable[object]]) -> list[RequestRecord]:
         ...
 
+    def shares_json(self) -> list[dict[str, object]]:
+        """After `send`: each client's part (where it ran, its requests, its lag), for the
+        result file."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class RunPlan:

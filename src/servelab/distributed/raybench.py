@@ -163,6 +163,10 @@ class RayClients:
         records.sort(key=lambda r: (not r.warmup, r.intended_send_s, r.index))
         return records
 
+    def shares_json(self) -> list[dict[str, object]]:
+        """Each actor's share of the last `send`."""
+        return [share.to_json() for share in self.shares]
+
 
 def _share(worker: int, node_id: str, records: list[RequestRecord]) -> ClientShare:
     lags = np.asarray([r.sched_lag_ms for r in records if not r.warmup] or [0.0])
