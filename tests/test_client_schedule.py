@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 
 from servelab.client.backends import Backend, SamplingParams, get_backend
-from servelab.client.sender import send_schedule
+from servelab.client.sender import SendControls, send_schedule
 from servelab.client.target import TargetConfig
 from servelab.client.workers import new_event_loop
 from servelab.experiment.targets import _send_split
@@ -59,7 +59,7 @@ def test_send_schedule_encodes_every_request_before_t0(token_server):
     events: list[tuple[str, int]] = []
     records = run(send_schedule(target(srv.url, logging_backend(events)), specs(), [0.0] * N,
                                 max_concurrency=4, num_warmups=2,
-                                on_start=lambda _t0: events.append(("t0", -1))))
+                                controls=SendControls(on_start=lambda _t0: events.append(("t0", -1)))))
     assert sum(1 for r in records if not r.warmup and r.success) == N
     check(events)
 

@@ -29,7 +29,7 @@ import aiohttp
 import numpy as np
 
 from servelab.client.console import LiveProgress
-from servelab.client.sender import OnProgress, ScheduleSender, send_schedule
+from servelab.client.sender import ScheduleSender, SendControls, send_schedule
 from servelab.client.sessions import send_sessions
 from servelab.client.target import TargetConfig, check_reachable, tls_connector
 from servelab.client.workers import send_schedule_processes
@@ -54,9 +54,7 @@ class RemoteClients(Protocol):
     the records come back merged, with times relative to the shared t0."""
 
     async def send(self, target: TargetConfig, requests: Sequence[RequestSpec], intended_s: Sequence[float],
-                   max_concurrency: int | None, num_warmups: int, on_progress: OnProgress,
-                   stop: asyncio.Event, on_start: Callable[[float], None],
-                   before_t0: Callable[[], Awaitable[object]]) -> list[RequestRecord]:
+                   max_concurrency: int | None, num_warmups: int, controls: SendControls) -> list[RequestRecord]:
         ...
 
     def shares_json(self) -> list[dict[str, object]]:
@@ -241,23 +239,19 @@ async def _send(target: TargetConfig, requests: Sequence[RequestSpec], intended:
 
     try:
         # The "before" sample follows the warm-ups, so the server's counters leave them out.
+        controls = SendControls(progress.update, stop, on_start, before_t0)
         if sessions is not None:
-            records = await send_sessions(
-                target, requests, sessions, intended, plan.max_concurrency, plan.num_warmups,
-                progress.update, stop=stop, on_start=on_start, before_t0=before_t0)
+            records = await send_sessions(target, requests, sessions, intended, plan.max_concurrency,
+                                          plan.num_warmups, controls)
         elif plan.remote is not None:
-            records = await plan.remote.send(
-                target, requests, intended, plan.max_concurrency, plan.num_warmups,
-                progress.update, stop, on_start, before_t0)
+            records = await plan.remote.send(target, requests, intended, plan.max_concurrency,
+                                             plan.num_warmups, controls)
         elif plan.processes > 1:
-            records = await send_schedule_processes(
-                target, requests, intended, plan.processes, plan.max_concurrency,
-                plan.num_warmups, progress.update, stop, on_start=on_start,
-                before_t0=before_t0)
+            records = await send_schedule_processes(target, requests, intended, plan.processes,
+                                                    plan.max_concurrency, plan.num_warmups, controls)
         else:
-            records = await send_schedule(
-                target, requests, intended, plan.max_concurrency, plan.num_warmups,
-                progress.update, stop=stop, on_start=on_start, before_t0=before_t0)
+            records = await send_schedule(target, requests, intended, plan.max_concurrency,
+                                          plan.num_warmups, controls)
     finally:
         loop.remove_signal_handler(signal.SIGINT)
     t_end = time.perf_counter()

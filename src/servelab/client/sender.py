@@ -302,31 +302,40 @@ def _fail(rec: RequestRecord, kind: str, message: str) -> None:
     rec.error = message or kind
 
 
+@dataclass(frozen=True, slots=True)
+class SendControls:
+    """How a caller steers and watches a send, the same for every sender (one loop, client
+    processes, sessions, remote clients): `on_progress` gets the counters, setting `stop`
+    ends the run early, `before_t0` is awaited after the warm-ups just before t0 is taken,
+    `on_start` is called with t0 (on `clock`) just before the first request is due."""
+
+    on_progress: OnProgress | None = None
+    stop: asyncio.Event | None = None
+    on_start: Callable[[float], None] | None = None
+    before_t0: Callable[[], Awaitable[object]] | None = None
+    clock: Callable[[], float] = time.perf_counter
+
+
 async def send_schedule(
     target: TargetConfig,
     requests: Sequence[RequestSpec],
     intended_s: Sequence[float],
     max_concurrency: int | None = None,
     num_warmups: int = 0,
-    on_progress: OnProgress | None = None,
-    clock: Callable[[], float] = time.perf_counter,
-    stop: asyncio.Event | None = None,
-    on_start: Callable[[float], None] | None = None,
-    before_t0: Callable[[], Awaitable[object]] | None = None,
+    controls: SendControls = SendControls(),
 ) -> list[RequestRecord]:
     """Send `requests` on their schedule (`intended_s`, seconds after t0) to `target`.
 
     Opens the connections and sends `num_warmups` warm-ups (the first requests with a marker in front: `servelab.workload.warmup`)
     before t0, never has more than `max_concurrency` requests in flight, and returns the
-    warm-up records (`warmup=True`) followed by one record per request sent. `before_t0`
-    is awaited after the warm-ups, just before t0 is taken (where a caller reads the
-    server's counters, so that they leave the warm-ups out); `on_start` is called with t0
-    (on `clock`) just before the first request is due; setting `stop` ends the run early
-    (see the module docstring).
+    warm-up records (`warmup=True`) followed by one record per request sent. `controls`
+    steers and watches it (`SendControls`: `before_t0` is where a caller reads the server's
+    counters, so that they leave the warm-ups out; `stop`: see the module docstring).
     """
-    async with ScheduleSender(target, max_concurrency, on_progress, clock) as sender:
+    c = controls
+    async with ScheduleSender(target, max_concurrency, c.on_progress, c.clock) as sender:
         bodies = sender.encode(requests)
         records, t0 = await sender.start(len(requests), warmup_requests(requests, num_warmups),
-                                         before_t0, on_start)
-        records.extend(await sender.run(requests, bodies, intended_s, t0, stop))
+                                         c.before_t0, c.on_start)
+        records.extend(await sender.run(requests, bodies, intended_s, t0, c.stop))
         return records

@@ -20,10 +20,9 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 
-from servelab.client.sender import OnProgress, ScheduleSender
+from servelab.client.sender import ScheduleSender, SendControls
 from servelab.client.target import TargetConfig
 from servelab.metrics.records import RequestRecord
 from servelab.workload.request import ChatMessage, RequestSpec
@@ -117,28 +116,25 @@ async def send_sessions(
     start_s: Sequence[float],
     max_concurrency: int | None = None,
     num_warmups: int = 0,
-    on_progress: OnProgress | None = None,
-    clock: Callable[[], float] = time.perf_counter,
-    stop: asyncio.Event | None = None,
-    on_start: Callable[[float], None] | None = None,
-    before_t0: Callable[[], Awaitable[object]] | None = None,
+    controls: SendControls = SendControls(),
     sent: list[RequestSpec] | None = None,
 ) -> list[RequestRecord]:
     """Send `sessions` (turns are `requests[turn.index]`), session i starting at
     `start_s[i]` s after t0; return the warm-up records, then one record per turn.
 
     Warm-ups are the first `num_warmups` sessions' first turns with a marker (single
-    requests, as `send_schedule`'s); `before_t0`, `on_start` and `stop` work as there.
+    requests, as `send_schedule`'s); `controls` works as there.
     `sent`, when given, receives every turn's request as it was sent (history included).
     """
     if len(start_s) != len(sessions):
         raise ValueError("sessions and start_s differ in length")
     # Later turns carry the answers' text, so the client must keep it, whatever the caller set.
     target = dataclasses.replace(target, keep_text=True)
-    async with ScheduleSender(target, max_concurrency, on_progress, clock) as sender:
+    stop = controls.stop
+    async with ScheduleSender(target, max_concurrency, controls.on_progress, controls.clock) as sender:
         firsts = [requests[s.turns[0].index] for s in sessions]
         records, t0 = await sender.start(len(sessions), warmup_requests(firsts, num_warmups),
-                                         before_t0, on_start)
+                                         controls.before_t0, controls.on_start)
         cap = asyncio.Semaphore(max_concurrency) if max_concurrency else None
         run = _SessionRun(sender, requests, t0, cap, stop, sent)
         sinks: list[list[RequestRecord]] = [[] for _ in sessions]

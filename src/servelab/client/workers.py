@@ -18,11 +18,11 @@ import asyncio
 import multiprocessing as mp
 import signal
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 
-from servelab.client.sender import PREOPEN_MAX, OnProgress, ScheduleSender, SendStatus
+from servelab.client.sender import PREOPEN_MAX, ScheduleSender, SendControls, SendStatus
 from servelab.client.target import TargetConfig
 from servelab.errors import ServelabError
 from servelab.metrics.records import RequestRecord
@@ -137,17 +137,15 @@ async def send_schedule_processes(
     num_processes: int,
     max_concurrency: int | None = None,
     num_warmups: int = 0,
-    on_progress: OnProgress | None = None,
-    stop: asyncio.Event | None = None,
-    clock: Callable[[], float] = time.perf_counter,
-    on_start: Callable[[float], None] | None = None,
-    before_t0: Callable[[], Awaitable[object]] | None = None,
+    controls: SendControls = SendControls(),
 ) -> list[RequestRecord]:
     """Like `send_schedule`, over `num_processes` client processes (see the module doc).
 
-    `clock` must be `time.perf_counter` (the children read it); it is a parameter only so
+    `controls.clock` must be `time.perf_counter` (the children read it); it is there only so
     callers can pass the same clock to everything that lines up with t0.
     """
+    on_progress, stop, clock = controls.on_progress, controls.stop, controls.clock
+    on_start, before_t0 = controls.on_start, controls.before_t0
     n_req = len(requests)
     n = max(1, min(num_processes, n_req, max_concurrency or num_processes))
     caps = split_cap(max_concurrency, n)

@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from servelab.client.sender import PREOPEN_MAX, OnProgress, ScheduleSender, SendStatus
+from servelab.client.sender import PREOPEN_MAX, ScheduleSender, SendControls, SendStatus
 from servelab.client.target import TargetConfig
 from servelab.client.workers import split_cap
 from servelab.distributed.raycluster import connect
@@ -113,10 +113,9 @@ class RayClients:
         self.shares: list[ClientShare] = []
 
     async def send(self, target: TargetConfig, requests: Sequence[RequestSpec], intended_s: Sequence[float],
-                   max_concurrency: int | None, num_warmups: int, on_progress: OnProgress,
-                   stop: asyncio.Event, on_start: Callable[[float], None],
-                   before_t0: Callable[[], Awaitable[object]]) -> list[RequestRecord]:
+                   max_concurrency: int | None, num_warmups: int, controls: SendControls) -> list[RequestRecord]:
         ray = self.ray
+        stop = controls.stop or asyncio.Event()
         loop = asyncio.get_running_loop()
         n_req = len(requests)
         n = max(1, min(self.workers, n_req, max_concurrency or self.workers))
@@ -136,9 +135,11 @@ class RayClients:
                 for k, (a, mine) in enumerate(zip(actors, shares))])
             if stop.is_set():
                 return []
-            await before_t0()
+            if controls.before_t0 is not None:
+                await controls.before_t0()
             t0_wall = time.time() + START_LEAD_S
-            on_start(time.perf_counter() + START_LEAD_S)
+            if controls.on_start is not None:
+                controls.on_start(controls.clock() + START_LEAD_S)
             pending = [a.go.remote(t0_wall) for a in actors]
             halted = False
             while True:
@@ -151,7 +152,9 @@ class RayClients:
                     halted = True
                 counts = await loop.run_in_executor(None, get, [a.status.remote() for a in actors])
                 sums = [sum(x) for x in zip(*counts)]
-                on_progress(SendStatus(done=sums[0], failed=sums[1], in_flight=sums[2], output_tokens=sums[3]))
+                if controls.on_progress is not None:
+                    controls.on_progress(SendStatus(done=sums[0], failed=sums[1], in_flight=sums[2],
+                                                    output_tokens=sums[3]))
             per_actor = await loop.run_in_executor(None, get, pending)
         except ray.exceptions.RayError as exc:
             raise ServelabError(f"--ray-workers: a client actor failed: {str(exc).splitlines()[0]}") from None
