@@ -208,7 +208,7 @@ def main() -> None:
                             "--ttft-ms", str(a.ttft_ms), "--itl-ms", str(a.itl_ms)], client_cores)
             procs.append(p)
             backends.append(url)
-        rargs = ["-m", "servelab.router", "--port", "0", "--policy", "round_robin"]
+        rargs = ["-m", "servelab.cli.route", "--port", "0", "--policy", "round_robin"]
         for b in backends:
             rargs += ["--backend", b]
         routers = {"router": start(rargs, router_cores)}

@@ -234,7 +234,7 @@ def start_router(policy: str, urls: list[str], log_dir: Path, explain: bool = Fa
     from servelab.engine.running import launch
 
     port = free_port_base(1)
-    argv = [sys.executable, "-m", "servelab.router", "--policy", policy, "--host", "127.0.0.1",
+    argv = [sys.executable, "-m", "servelab.cli.route", "--policy", policy, "--host", "127.0.0.1",
             "--port", str(port), "--seed", str(SEED)] + (["--explain"] if explain else [])
     for u in urls:
         argv += ["--backend", u]

@@ -273,7 +273,7 @@ def token_server_proc(*flags: str, port: int = 0) -> Proc:
 
 def router_proc(backends: list[Proc], *flags: str, env: dict[str, str] | None = None) -> Proc:
     """`servelab route` as a subprocess in front of `backends`."""
-    args = ["-m", "servelab.router", "--port", "0"]
+    args = ["-m", "servelab.cli.route", "--port", "0"]
     for b in backends:
         args += ["--backend", b.url]
     return Proc(args + list(flags), env=env)

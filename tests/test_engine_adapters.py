@@ -205,18 +205,21 @@ def test_sglang_across_nodes_one_command_per_rank(sglang_dir: Path, tmp_path: Pa
 
 # --- sim command line -------------------------------------------------------------------
 
-def test_sim_command_and_flags() -> None:
+def test_sim_command_and_flags(tmp_path: Path) -> None:
     launcher = SimLauncher(gpu="L40S")
     a = arm(model="Qwen/Qwen3-14B", replicas=2, extra_args=["--max-num-seqs", "8", "--time-scale", "4"])
-    commands = launcher.validate(a, Path("unused"), None)
+    commands = launcher.validate(a, tmp_path, None)
     assert commands[1].argv == [
-        sys.executable, "-m", "servelab.sim.server_cli", "--model", "Qwen/Qwen3-14B", "--gpu", "L40S",
+        sys.executable, "-m", "servelab.cli.sim_serve", "--model", "Qwen/Qwen3-14B", "--gpu", "L40S",
         "--tensor-parallel-size", "1", "--pipeline-parallel-size", "1", "--gpu-memory-utilization", "0.9",
         "--host", "127.0.0.1", "--port", "8001", "--max-num-seqs", "8", "--time-scale", "4",
     ]
     assert commands[1].env == {}
     with pytest.raises(ServelabError, match=r"--max-num-seqz \(closest: --max-num-seqs"):
-        launcher.validate(arm(extra_args=["--max-num-seqz", "8"]), Path("unused"), None)
+        launcher.validate(arm(extra_args=["--max-num-seqz", "8"]), tmp_path, None)
+    # the flags were read off `servelab sim serve --help` (as vLLM's off its own), once
+    [cached] = tmp_path.glob("servelab-*-sim-serve-help.txt")
+    assert {"--max-num-seqs", "--time-scale", "-tp", "--speculative-config"} <= parse_help_options(cached.read_text())
 
 
 # --- flags ------------------------------------------------------------------------------

@@ -164,7 +164,7 @@ def _wait_health(url: str, proc: subprocess.Popen, timeout_s: float = 60) -> Non
 def test_failed_arms_are_recorded_and_the_run_goes_on(tmp_path: Path) -> None:
     port = free_port_base()
     server = subprocess.Popen(
-        [sys.executable, "-m", "servelab.sim.server_cli", "--model", "Qwen/Qwen3-0.6B",
+        [sys.executable, "-m", "servelab.cli.sim_serve", "--model", "Qwen/Qwen3-0.6B",
          "--gpu", "L40S", "--port", str(port), "--time-scale", "50"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     dead = free_port_base()

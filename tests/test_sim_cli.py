@@ -115,7 +115,7 @@ def test_run_serve_and_calibrate_take_the_same_engine_flags_with_the_same_defaul
     import typer.main
 
     from servelab.cli.sim import calibrate_cmd, run_cmd
-    from servelab.sim.server_cli import serve_cmd
+    from servelab.cli.sim_serve import serve_cmd
 
     group = typer.Typer()
     for name, cmd in (("run", run_cmd), ("serve", serve_cmd), ("calibrate", calibrate_cmd)):

@@ -63,3 +63,27 @@ def route(
 
 def register(app: typer.Typer) -> None:
     app.command("route")(route)
+
+
+def main() -> None:
+    """`python -m servelab.cli.route ...` is `servelab route ...` without loading the other
+    commands (the experiment runner, tests and benchmarks start the router this way)."""
+    import sys
+
+    import click
+    from rich.console import Console
+
+    app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+    app.command()(route)
+    try:
+        app(standalone_mode=False)
+    except ServelabError as exc:
+        Console(stderr=True).print(f"[bold red]error:[/] {exc}", highlight=False)
+        sys.exit(2)
+    except click.exceptions.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+
+
+if __name__ == "__main__":
+    main()

@@ -3,7 +3,7 @@
 `sim` is a command group: `sim run` simulates a bench run offline on a virtual clock (the
 same workload and load flags as `servelab bench`, the same result JSON), `sim calibrate`
 fits a calibration to measured results, `sim serve` (registered by
-`servelab.sim.server_cli.register_serve`) serves the simulated engine over HTTP.
+`servelab.cli.sim_serve.register_serve`) serves the simulated engine over HTTP.
 """
 
 from __future__ import annotations
@@ -222,12 +222,8 @@ def profile_cmd(
 
 
 def register(app: typer.Typer) -> None:
-    try:
-        from servelab.sim.server_cli import register_serve
-    except ModuleNotFoundError as exc:  # the online server lands separately
-        if exc.name != "servelab.sim.server_cli":
-            raise
-    else:
-        register_serve(sim_app)
+    from servelab.cli.sim_serve import register_serve
+
+    register_serve(sim_app)
     app.add_typer(sim_app, name="sim")
 

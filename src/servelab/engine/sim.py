@@ -11,13 +11,16 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from servelab import __version__
 from servelab.engine.adapter import ArmLaunch
+from servelab.engine.flags import cached_help, parse_help_options
 from servelab.engine.launcher import ArmFlags, CommandLauncher
 from servelab.speculation import SpeculativeConfig
 
 __all__ = ["SimLauncher"]
 
-SERVER_MODULE = "servelab.sim.server_cli"
+SERVER_MODULE = "servelab.cli.sim_serve"
+HELP_TIMEOUT_S = 120.0
 _MANAGED = {
     "--model": "model",
     "--gpu": "the launcher's gpu",
@@ -35,20 +38,13 @@ _MANAGED = {
 }
 
 
-def sim_serve_flags() -> frozenset[str]:
-    """Every option `servelab sim serve` takes, read from the command itself."""
-    import typer
-
-    from servelab.sim.server_cli import register_serve
-
-    app = typer.Typer()
-    register_serve(app)
-    command = typer.main.get_command(app)
-    names: set[str] = set()
-    for param in command.params:
-        names.update(getattr(param, "opts", ()))
-        names.update(getattr(param, "secondary_opts", ()))
-    return frozenset(n for n in names if n.startswith("-"))
+def sim_serve_flags(python: str, env: dict[str, str], log_dir: Path) -> frozenset[str]:
+    """Every option `servelab sim serve` takes, read off its --help as the other adapters
+    read their engine's (cached in `log_dir` per servelab version)."""
+    argv = [python, "-m", SERVER_MODULE, "--help"]
+    text = cached_help(log_dir / f"servelab-{__version__}-sim-serve-help.txt", argv,
+                       {**env, "COLUMNS": "200"}, HELP_TIMEOUT_S)
+    return parse_help_options(text)
 
 
 class SimLauncher(CommandLauncher):
@@ -68,7 +64,7 @@ class SimLauncher(CommandLauncher):
         return None  # the server's GET /version says it
 
     def valid_flags(self, log_dir: Path, version: str | None) -> tuple[frozenset[str], str]:
-        return sim_serve_flags(), "servelab sim serve"
+        return sim_serve_flags(self.python, self.env, log_dir), "servelab sim serve"
 
     def command_prefix(self, arm: ArmLaunch) -> list[str]:
         return [self.python, "-m", SERVER_MODULE, "--model", arm.model, "--gpu", self.gpu]

@@ -170,7 +170,7 @@ def _http(spec: ExperimentSpec, arm: ArmSpec, engine: RunningEngine, log_dir: Pa
 def _start_router(spec: ExperimentSpec, arm: ArmSpec, urls: list[str], log_dir: Path) -> LaunchedEngine:
     """servelab's router with the arm's policy in front of `urls`, in its own process group."""
     port = arm_ports(spec, arm)[1]
-    argv = [sys.executable, "-m", "servelab.router", "--policy", arm.routing,
+    argv = [sys.executable, "-m", "servelab.cli.route", "--policy", arm.routing,
             "--host", "127.0.0.1", "--port", str(port), "--seed", str(spec.seed)]
     for u in urls:
         argv += ["--backend", u]

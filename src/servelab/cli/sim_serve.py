@@ -6,7 +6,7 @@ server prints vLLM's startup lines (model loading, KV cache memory and size, max
 concurrency) with the planner's figures, then serves until SIGTERM or SIGINT, on which it
 aborts in-flight requests (their streams end with finish_reason "abort") and exits 0.
 
-    python -m servelab.sim.server_cli --model Qwen/Qwen3-14B --gpu L40S --port 8000
+    python -m servelab.cli.sim_serve --model Qwen/Qwen3-14B --gpu L40S --port 8000
 runs the same command without the `servelab` CLI around it.
 """
 
@@ -70,10 +70,11 @@ def register_serve(sim_app: typer.Typer) -> None:
 
 
 def main() -> None:
-    """`python -m servelab.sim.server_cli`: the serve command on its own."""
+    """`python -m servelab.cli.sim_serve`: the serve command on its own."""
     from rich.console import Console
 
-    app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+    # click's plain help, as the servelab CLI's: the sim adapter reads the flags off it
+    app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None)
     register_serve(app)
     try:
         app(standalone_mode=False)
