@@ -20,23 +20,45 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING
+import random
+from collections.abc import Callable
+from typing import Protocol
 
-from servelab.client.connection import HttpConnection, StreamBroken
+from servelab.client.connection import ConnectionPool, HttpConnection, StreamBroken
+from servelab.router.config import RouterConfig
 from servelab.router.failure import Failure, sse_error
 from servelab.router.headers import relayed_headers, upstream_headers
 from servelab.router.httpreply import Reply
 from servelab.router.httprequest import Request
 from servelab.router.intake import Intake
-from servelab.router.pool import BackendState
-from servelab.router.records import NoHealthyReplicaError
-from servelab.router.retry import backoff_s
+from servelab.router.metrics import RouterMetrics
+from servelab.router.pool import BackendPool, BackendState
+from servelab.router.records import NoHealthyReplicaError, RoutingPolicy
+from servelab.router.retry import RetryBudget, backoff_s
 from servelab.router.upstream import UpstreamAnswer
 
-if TYPE_CHECKING:
-    from servelab.router.proxy import Router
-
 log = logging.getLogger("servelab.router")
+
+
+class RelayContext(Protocol):
+    """What forwarding a request needs from the proxy around it (the proxy's `Router` is
+    one; a test can build its own from real parts): the backends' state and their
+    keep-alive connections (`upstreams`, index as in `pool`), the policy and its RNG, the
+    retry budget, the metrics, the settings, the clock (s), the event loop, the client key
+    (None: no auth), and `request_done()`, called once when a request is over."""
+
+    config: RouterConfig
+    pool: BackendPool
+    upstreams: list[ConnectionPool]
+    policy: RoutingPolicy
+    rng: random.Random
+    budget: RetryBudget
+    metrics: RouterMetrics
+    clock: Callable[[], float]
+    loop: asyncio.AbstractEventLoop
+    api_key: bytes | None
+
+    def request_done(self) -> None: ...
 
 
 class Forwarding:
@@ -47,7 +69,7 @@ class Forwarding:
                  "_tried", "_retries", "_last", "_b", "_t_send", "_t_first", "_resent",
                  "_answer", "_connecting", "_backoff", "_over")
 
-    def __init__(self, rt: Router, req: Request, reply: Reply, intake: Intake,
+    def __init__(self, rt: RelayContext, req: Request, reply: Reply, intake: Intake,
                  t_arrival: float) -> None:
         self._rt = rt
         self._req = req
