@@ -65,8 +65,8 @@ import numpy as np
 from servelab.metrics.records import RequestRecord
 from servelab.metrics.summary import SummaryOptions, summarize
 from servelab.plan import EngineArgs
-from servelab.router.policies import POLICY_NAMES
-from servelab.router.records import RouteDecision, RouteRequest, ReplicaView
+from servelab.routing.policies import POLICY_NAMES
+from servelab.routing.records import RouteDecision, RouteRequest, ReplicaView
 from servelab.sim.offline import simulate
 from servelab.testing.ports import free_port_base
 from servelab.sim.setup import SimOptions, build_cluster, offline_requests

@@ -28,7 +28,7 @@ import importlib.util
 from pathlib import Path
 
 from servelab.plan import EngineArgs
-from servelab.sim.calibrate import Target, calibrate, simulated_metrics
+from servelab.sim.calibrate import MeasuredCell, calibrate, simulated_metrics
 from servelab.sim.cost import default_calibration
 from servelab.sim.offline import OfflineRequest
 from servelab.sim.runner import PreparedWorkload, prepare_workload
@@ -96,7 +96,7 @@ def main() -> None:
                       async_scheduling=a.async_scheduling)
     sg = prepare_workload(DatasetOptions(dataset_name="sharegpt", num_prompts=2000,
                                          tokenizer=a.tokenizer), 0, ArrivalOptions(request_rate=10.0))
-    row1 = Target("row1-sharegpt", ROW1, scaled(sg, SEEDS_IN, SEEDS_OUT), 0, 10, 0)
+    row1 = MeasuredCell("row1-sharegpt", ROW1, scaled(sg, SEEDS_IN, SEEDS_OUT), 0, 10, 0)
     if a.fit:
         fit = calibrate(l40s, [row1], max_evals=a.max_evals, progress=print)
         for line in fit.report_lines():
@@ -109,7 +109,7 @@ def main() -> None:
         prefix_repetition_prefix_len=256, prefix_repetition_suffix_len=256,
         prefix_repetition_num_prefixes=10, prefix_repetition_output_len=128), 0,
         ArrivalOptions(request_rate=5.0))
-    row2 = Target("row2-prefix", ROW2, pfx, 0, 10, 0)
+    row2 = MeasuredCell("row2-prefix", ROW2, pfx, 0, 10, 0)
     w1 = row1.workload.requests
     print(f"row 1 workload: {sum(len(r.prompt_token_ids) for r in w1):,} in / "
           f"{sum(r.output_len for r in w1):,} out tokens (seeds: {SEEDS_IN:,} / {SEEDS_OUT:,})")
@@ -123,7 +123,7 @@ def main() -> None:
                                           random_input_len=1024, random_output_len=128,
                                           tokenizer=a.tokenizer), 0, ArrivalOptions())
     _line("H200 random 1024/128, c1 (reference)", H200_REF, None,
-          simulated_metrics(h200, Target("h200-c1", H200_REF, rnd, 0, 1, 0)))
+          simulated_metrics(h200, MeasuredCell("h200-c1", H200_REF, rnd, 0, 1, 0)))
     if not a.no_transfer:
         transfer()
 

@@ -33,8 +33,8 @@ from servelab.client.target import TargetConfig
 from servelab.client.workers import new_event_loop
 from servelab.sim.cost import AffineCost
 from servelab.sim.engine import SimConfig, SimEngine
-from servelab.sim.metrics_export import CacheConfig
-from servelab.sim.server import ServerConfig, SimServer
+from servelab.sim.serve.metrics import CacheConfig
+from servelab.sim.serve.server import ServerConfig, SimServer
 from servelab.workload.request import ChatMessage, RequestSpec
 from servelab.workload.tokenizer import load_tokenizer
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from servelab import __version__
 from servelab.engine import ArmLaunch, ExternalLauncher, RunningEngine, SimLauncher
 from servelab.engine.process import (
     ReplicaCommand,
@@ -194,7 +195,8 @@ def test_sim_launcher_refuses_a_bad_flag_before_starting(tmp_path: Path) -> None
     arm = ArmLaunch(name="bad", model="Qwen/Qwen3-14B", port_base=free_port_base(), extra_args=["--max-num-seqz", "8"])
     with pytest.raises(ServelabError, match=r"--max-num-seqz \(closest: --max-num-seqs"):
         SimLauncher(gpu="L40S").start(arm, tmp_path, deadline_s=60)
-    assert list(tmp_path.iterdir()) == []
+    # nothing started: no replica log, only the server's --help the flags were checked against
+    assert [p.name for p in tmp_path.iterdir()] == [f"servelab-{__version__}-sim-serve-help.txt"]
 
 
 def test_external_launcher_deadline(tmp_path: Path) -> None:

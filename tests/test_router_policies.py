@@ -8,8 +8,8 @@ from collections import Counter
 import pytest
 
 from servelab.errors import ServelabError
-from servelab.router.affinity import HashRing
-from servelab.router.policies import (
+from servelab.routing.affinity import HashRing
+from servelab.routing.policies import (
     POLICY_NAMES,
     NoHealthyReplicaError,
     ReplicaView,

@@ -121,12 +121,12 @@ def test_calibration_re_simulates_each_arm_as_the_experiment_ran_it(tmp_path: Pa
     from dataclasses import replace
 
     from servelab.sim.calibrate import simulated_metrics
-    from servelab.experiment.simulation import experiment_targets
+    from servelab.experiment.simulation import measured_cells
 
     spec_path = tmp_path / "split.yaml"
     spec_path.write_text(SPLIT_SPEC)
     run_experiment(load_spec(spec_path), tmp_path / "run")
-    targets = {t.name: t for t in experiment_targets(tmp_path / "run")}
+    targets = {t.name: t for t in measured_cells(tmp_path / "run")}
     assert set(targets) == {"direct/rnd/c5", "routed/rnd/c5"}
     assert targets["direct/rnd/c5"].direct and not targets["routed/rnd/c5"].direct
     for t in targets.values():

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from servelab.plan import EngineArgs
-from servelab.sim.calibrate import Target, simulated_metrics
+from servelab.sim.calibrate import MeasuredCell, simulated_metrics
 from servelab.sim.cost import Calibration
 from servelab.sim.runner import prepare_workload
 from servelab.sim.setup import SimOptions
@@ -16,11 +16,11 @@ CAL = Calibration(gpu_class="H200", gpu_time_scale=1.2, step_overhead_ms=0.3, pe
                   per_prefill_token_us=0.5, request_overhead_ms=10.0)
 
 
-def _target(options: SimOptions | None) -> Target:
+def _target(options: SimOptions | None) -> MeasuredCell:
     ds = DatasetOptions(dataset_name="random", num_prompts=6, random_input_len=64,
                         random_output_len=16)
     wl = prepare_workload(ds, 7, ArrivalOptions())
-    return Target("t", {"mean_itl_ms": 1.0}, wl, 7, 2, 0, options)
+    return MeasuredCell("t", {"mean_itl_ms": 1.0}, wl, 7, 2, 0, options)
 
 
 def test_a_target_with_options_is_simulated_on_its_own_deployment() -> None:

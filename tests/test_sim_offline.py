@@ -7,7 +7,7 @@ import random
 import pytest
 
 from servelab.metrics.summary import SummaryOptions, summarize
-from servelab.router.policies import make_policy
+from servelab.routing.policies import make_policy
 from servelab.sim.cluster import Cluster, NetworkCosts
 from servelab.sim.cost import AffineCost
 from servelab.sim.engine import SimConfig, SimEngine

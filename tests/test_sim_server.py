@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from servelab.client.sse import DONE, SSEParser
 from servelab.sim.engine import SimEngine
-from servelab.sim.server import ARRIVAL_HEADER
+from servelab.sim.serve.server import ARRIVAL_HEADER
 
 from conftest import SIM_COST, SIM_MODEL, SIM_TOKENIZER, sim_engine_config, sim_serving
 

@@ -27,7 +27,7 @@ from servelab.client.sse import DONE, SSEParser
 from servelab.sim.cluster import Cluster, NetworkCosts
 from servelab.sim.engine import SimEngine, build_engine
 from servelab.sim.offline import OfflineRequest, simulate
-from servelab.sim.server import ARRIVAL_HEADER
+from servelab.sim.serve.server import ARRIVAL_HEADER
 from conftest import SIM_COST, SIM_MODEL, sim_engine_config, sim_serving
 
 TIME_SCALE = 0.5

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from servelab.engine.logparse import clean_line, parse_startup_log
-from servelab.sim.server_log import StartupFacts, StatsLine, VllmLog, log_listening, log_startup
+from servelab.sim.serve.log import StartupFacts, StatsLine, VllmLog, log_listening, log_startup
 
 DATA = Path(__file__).parent / "data" / "sim_server"
 

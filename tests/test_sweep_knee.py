@@ -10,7 +10,7 @@ import pytest
 
 from servelab.errors import ServelabError
 from servelab.sweep.knee import find_knee, knee_interval
-from servelab.sweep.levels import LevelAxis, Targets, lookahead, next_level
+from servelab.sweep.levels import LevelAxis, Boundaries, lookahead, next_level
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,7 @@ def _adaptive(curve, lo=1, hi=256, **kw):
     axis = LevelAxis("concurrency", lo, hi)
     measured: dict[float, View] = {}
     order = []
-    while (step := next_level(axis, measured, Targets(slo=False, saturation=False, **kw))) is not None:
+    while (step := next_level(axis, measured, Boundaries(slo=False, saturation=False, **kw))) is not None:
         x, why = step
         measured[x] = View(curve(x))
         order.append((x, why))
@@ -85,7 +85,7 @@ def test_bracket_stops_when_throughput_stops_growing():
 def test_slo_boundary_is_bisected_to_one_step():
     axis = LevelAxis("concurrency", 1, 512)
     measured: dict[float, View] = {}
-    while (step := next_level(axis, measured, Targets(knee=False, saturation=False))) is not None:
+    while (step := next_level(axis, measured, Boundaries(knee=False, saturation=False))) is not None:
         x = step[0]
         measured[x] = View(ramp(x), meets_slo=x <= 37)
     assert 37 in measured and 38 in measured
@@ -95,7 +95,7 @@ def test_slo_boundary_is_bisected_to_one_step():
 def test_rate_axis_bisects_geometrically_to_its_resolution():
     axis = LevelAxis("rate", 0.5, 64, rate_resolution=0.05)
     measured: dict[float, View] = {}
-    while (step := next_level(axis, measured, Targets(knee=False, slo=False))) is not None:
+    while (step := next_level(axis, measured, Boundaries(knee=False, slo=False))) is not None:
         x = step[0]
         measured[x] = View(min(x, 6.3) * 100, saturated=x > 6.3)
     ok = max(x for x, v in measured.items() if not v.saturated)
@@ -137,7 +137,7 @@ def test_levels_taken_from_a_lookahead_follow_the_sequential_path(curve, width):
     nothing the search sees: the same levels in the same order."""
     _, alone = _adaptive(curve)
     axis = LevelAxis("concurrency", 1, 256)
-    targets = Targets(slo=False, saturation=False)
+    targets = Boundaries(slo=False, saturation=False)
     measured: dict[float, View] = {}
     ahead: dict[float, View] = {}
     order, batches = [], 0

@@ -11,7 +11,7 @@ from servelab.experiment.spec import NumPromptsRule
 from servelab.plan import EngineArgs
 from servelab.sim.setup import SimOptions
 from servelab.sweep.knee import find_knee
-from servelab.sweep.levels import LevelAxis, Targets
+from servelab.sweep.levels import LevelAxis, Boundaries
 from servelab.sweep.runner import SweepConfig, WorkloadCache, measure_level, run_sweep
 from servelab.sweep.targets import open_sim
 from servelab.workload.datasets import DatasetOptions
@@ -23,7 +23,7 @@ def test_adaptive_knee_agrees_with_the_exhaustive_sweep_within_one_step(tmp_path
     # max_num_seqs 12 caps the batch: throughput flattens near concurrency 12.
     ot = open_sim(SimOptions("Qwen/Qwen3-14B", "L40S", None, EngineArgs(max_num_seqs=12)))
     cfg = SweepConfig(axis=LevelAxis("concurrency", 1, 32), dataset=DATASET,
-                      targets=Targets(slo=False, saturation=False),
+                      targets=Boundaries(slo=False, saturation=False),
                       prompts=NumPromptsRule(per_concurrency=3, min=24, max=96), seed=5)
     cache = WorkloadCache()
     o = run_sweep(ot, cfg, tmp_path, cache=cache)
@@ -45,7 +45,7 @@ def test_adaptive_knee_agrees_with_the_exhaustive_sweep_within_one_step(tmp_path
 def test_repetitions_use_distinct_seeds_and_give_an_interval():
     ot = open_sim(SimOptions("Qwen/Qwen3-14B", "L40S", None, EngineArgs(max_num_seqs=8)))
     cfg = SweepConfig(axis=LevelAxis("concurrency", 2, 16), dataset=DATASET, repetitions=3,
-                      targets=Targets(slo=False, saturation=False),
+                      targets=Boundaries(slo=False, saturation=False),
                       prompts=NumPromptsRule(per_concurrency=3, min=16, max=48), seed=2)
     o = run_sweep(ot, cfg)
     lv = next(iter(o.levels.values()))

@@ -13,7 +13,7 @@ from servelab.errors import ServelabError
 from servelab.experiment.spec import NumPromptsRule
 from servelab.plan import EngineArgs
 from servelab.sim.setup import SimOptions
-from servelab.sweep.levels import LevelAxis, Targets
+from servelab.sweep.levels import LevelAxis, Boundaries
 from servelab.sweep.runner import SweepConfig
 from servelab.sweep.slo import parse_slo
 from servelab.sweep.space import parse_space
@@ -26,7 +26,7 @@ SLO = parse_slo(["ttft:1500", "tpot:60"], 99)
 SWEEP = SweepConfig(
     axis=LevelAxis("concurrency", 1, 64),
     dataset=DatasetOptions(dataset_name="random", random_input_len=256, random_output_len=32),
-    targets=Targets(knee=False, slo=True, saturation=False),
+    targets=Boundaries(knee=False, slo=True, saturation=False),
     prompts=NumPromptsRule(per_concurrency=2, min=16, max=128), seed=3, slo=SLO)
 SPACE = parse_space(["max_num_seqs=4,8,16,32,64,128", "max_num_batched_tokens=256,512,1024,2048,4096"],
                     sorted(EngineArgs.model_fields))

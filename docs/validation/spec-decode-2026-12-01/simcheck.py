@@ -33,7 +33,7 @@ from pathlib import Path
 
 from servelab.sim.calibrate import calibrate, evaluate
 from servelab.sim.cost import default_calibration
-from servelab.experiment.simulation import experiment_targets
+from servelab.experiment.simulation import measured_cells
 from servelab.storage import write_atomic
 
 HERE = Path(__file__).resolve().parent
@@ -58,7 +58,7 @@ def main() -> None:
     ap.add_argument("--max-evals", type=int, default=30)
     ap.add_argument("--out", type=Path, default=HERE)
     a = ap.parse_args()
-    targets = [t for t in experiment_targets(a.experiment)
+    targets = [t for t in measured_cells(a.experiment)
                if not a.arm or t.name.split("/")[0] in a.arm]
     for t in targets:
         t.measured = {k: v for k, v in t.measured.items() if k in METRICS}

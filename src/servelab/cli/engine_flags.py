@@ -101,7 +101,7 @@ def engine_options(*, model: str, gpu: str, quantization: str | None, max_num_se
         raise ServelabError(f"{flag} {err.get('input')}: {msg[0].lower() + msg[1:]}") from None
     except (ValueError, TypeError) as exc:
         raise ServelabError(f"engine flags: {exc}") from None
-    from servelab.router.policies import POLICY_NAMES
+    from servelab.routing.policies import POLICY_NAMES
 
     if router_policy not in POLICY_NAMES:
         raise ServelabError(f"--router-policy {router_policy!r}: choose one of {', '.join(POLICY_NAMES)}")

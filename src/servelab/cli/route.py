@@ -8,7 +8,7 @@ from typing import Any
 import typer
 
 from servelab.errors import ServelabError
-from servelab.router.policies import POLICY_NAMES
+from servelab.routing.policies import POLICY_NAMES
 
 
 def _param(text: str) -> tuple[str, str]:

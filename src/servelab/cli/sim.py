@@ -65,8 +65,7 @@ def run_cmd(
         parse_metric_percentiles,
         parse_percentile_metrics,
     )
-    from servelab.sim.report import memory_lines, sim_lines
-    from servelab.sim.runner import run_offline
+    from servelab.sim.runner import memory_lines, run_offline, sim_lines
 
     summary_opts = SummaryOptions(
         percentile_metrics=parse_percentile_metrics(percentile_metrics),
@@ -153,13 +152,13 @@ def calibrate_cmd(
     check_writable(out, "--out")  # before any fit: a bad path must not cost the search
     console = make_console()
     if experiment is not None:
-        from servelab.experiment.simulation import experiment_targets, parse_arm_models
+        from servelab.experiment.simulation import measured_cells, parse_arm_models
 
         if results:
             raise ServelabError("give result files or --experiment, not both")
         loads = [c.strip() for c in cells.split(",") if c.strip()] if cells else []
         notes: list[str] = []
-        targets = experiment_targets(experiment, list(arm or []), loads,
+        targets = measured_cells(experiment, list(arm or []), loads,
                                      parse_arm_models(list(arm_model or [])), engine.async_scheduling,
                                      notes)
         for note in notes:

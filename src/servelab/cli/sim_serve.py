@@ -38,7 +38,7 @@ def serve_cmd(
     """Serve the simulated engine over HTTP (OpenAI API, SSE, /metrics), streaming tokens
     on the simulated schedule. The simulator always generates max_tokens tokens (as with
     ignore_eos): it has no model to emit an end-of-sequence token."""
-    from servelab.sim.server_app import ServeOptions, run_server
+    from servelab.sim.serve.app import ServeOptions, run_server
 
     if not time_scale > 0:
         raise ServelabError(f"--time-scale {time_scale}: must be > 0")

@@ -4,7 +4,7 @@ cell as a calibration target (`servelab sim calibrate --experiment`, the validat
 An experiment (`servelab run SPEC --out DIR`) records its normalised spec in
 `DIR/manifest.json` and one file per cell in `DIR/cells/<arm>/<workload>/<load>.json`, with
 the bench result nested under `result` and the cell's workload, seed, load and warm-ups
-under `cell`. Each cell becomes a `Target` simulated on its own arm's deployment (the
+under `cell`. Each cell becomes a `MeasuredCell` simulated on its own arm's deployment (the
 arm's model, weight format and engine args, as `servelab run` gives a simulated arm), so one
 calibration can be fitted across arms and workloads in one call.
 """
@@ -24,7 +24,7 @@ from servelab.experiment.spec import DIRECT, ArmSpec, ExperimentSpec
 from servelab.experiment.store import ExperimentStore
 from servelab.metrics.result_file import StoredResult
 from servelab.metrics.scrape import drafted_share, stored_spec_decode
-from servelab.sim.calibrate import FIT_METRICS, Target
+from servelab.sim.calibrate import FIT_METRICS, MeasuredCell
 from servelab.sim.runner import PreparedWorkload, prepare_workload
 from servelab.sim.setup import SimOptions
 from servelab.speculation import SpeculativeConfig
@@ -68,7 +68,7 @@ def arm_options(spec: ExperimentSpec, arm: ArmSpec, override: tuple[str, str | N
     return SimOptions(model=model, gpu=spec.hardware.gpu, quantization=quant, engine_args=args,
                       replicas=arm.replicas,
                       # Direct arms are simulated split, as the client splits them
-                      # (`Target.direct`); the policy is then unused.
+                      # (`MeasuredCell.direct`); the policy is then unused.
                       router_policy="round_robin" if arm.routing == DIRECT else arm.routing,
                       async_scheduling=async_scheduling and args.async_scheduling,
                       speculative=arm.speculative, nodes=node_layout_of(spec))
@@ -89,11 +89,11 @@ def measured_speculation(spec: SpeculativeConfig, result: StoredResult,
                               sd.num_drafts / result.completed if result.completed else None)
 
 
-def experiment_targets(root: Path, arms: Sequence[str] = (), loads: Sequence[str] = (),
+def measured_cells(root: Path, arms: Sequence[str] = (), loads: Sequence[str] = (),
                        arm_models: dict[str, tuple[str, str | None]] | None = None,
                        async_scheduling: bool = True,
-                       notes: list[str] | None = None) -> list[Target]:
-    """One `Target` per finished cell of `root` (only `arms` and `loads` when given).
+                       notes: list[str] | None = None) -> list[MeasuredCell]:
+    """One `MeasuredCell` per finished cell of `root` (only `arms` and `loads` when given).
     Cells whose every request failed have no latency to fit and are skipped (named in
     `notes`). Raises `ServelabError` naming an unknown arm or load, or a bad cell file."""
 
@@ -104,7 +104,7 @@ def experiment_targets(root: Path, arms: Sequence[str] = (), loads: Sequence[str
             raise ServelabError(f"--arm {name}: the experiment has arms {', '.join(arm_names)}")
     options: dict[str, SimOptions] = {}
     prepared: dict[tuple[str, str], PreparedWorkload] = {}
-    targets: list[Target] = []
+    targets: list[MeasuredCell] = []
     seen_loads: set[str] = set()
     for _, record in ExperimentStore(root).cells():
         cell, result = record.cell, record.result
@@ -131,7 +131,7 @@ def experiment_targets(root: Path, arms: Sequence[str] = (), loads: Sequence[str
             dataset = spec.workload(workload).dataset(cell.num_prompts, tokenizer)
             arrivals = ArrivalOptions(request_rate=cell.request_rate, burstiness=cell.burstiness)
             prepared[key] = prepare_workload(dataset, cell.seed, arrivals)
-        targets.append(Target(f"{arm}/{workload}/{load}", measured, prepared[key], cell.seed,
+        targets.append(MeasuredCell(f"{arm}/{workload}/{load}", measured, prepared[key], cell.seed,
                               cell.max_concurrency or None, cell.num_warmups,
                               opts, direct=spec.arm(arm).routing == DIRECT))
     for load in loads:

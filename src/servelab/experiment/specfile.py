@@ -120,7 +120,7 @@ def _hardware(spec: ExperimentSpec) -> Iterator[Problem]:
 
 
 def _arm(spec: ExperimentSpec, i: int) -> Iterator[Problem]:
-    from servelab.router.policies import POLICY_NAMES
+    from servelab.routing.policies import POLICY_NAMES
 
     arm = spec.arms[i]
     for key in arm.args:

@@ -1,27 +1,4 @@
-"""The router: routing policies (pure, shared with the simulator) and the HTTP proxy.
-
-Importing this package loads only the policies; the proxy lives in
-`servelab.router.proxy` and is imported by `servelab route`.
-"""
-
-from servelab.router.policies import (
-    POLICY_NAMES,
-    NoHealthyReplicaError,
-    ReplicaView,
-    RouteDecision,
-    RouteRequest,
-    RoutingPolicy,
-    make_policy,
-    policy_params,
-)
-
-__all__ = [
-    "POLICY_NAMES",
-    "NoHealthyReplicaError",
-    "ReplicaView",
-    "RouteDecision",
-    "RouteRequest",
-    "RoutingPolicy",
-    "make_policy",
-    "policy_params",
-]
+"""The router: an OpenAI-compatible HTTP proxy in front of several backends (intake,
+pool and health, relay with retries, metrics). Its routing decisions are
+`servelab.routing`'s policies, which the simulator shares; `servelab route` (or
+`python -m servelab.cli.route`) starts it."""

@@ -16,7 +16,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from servelab.errors import ServelabError
-from servelab.router.policies import POLICY_NAMES, policy_params
+from servelab.routing.policies import POLICY_NAMES, policy_params
 
 
 class RouterConfig(BaseModel):

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from servelab.openai_request import RequestError, parse_json, prompt_text, read_flag
-from servelab.router.records import RouteRequest
+from servelab.routing.records import RouteRequest
 
 
 class BadRequest(Exception):

@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from servelab.metrics.scrape import ServerSnapshot
-from servelab.router.records import ReplicaView
-from servelab.router.signals import Ewma
+from servelab.routing.records import ReplicaView
+from servelab.routing.signals import Ewma
 
 
 @dataclass(slots=True)

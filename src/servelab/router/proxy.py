@@ -27,7 +27,7 @@ from servelab.router.httpreply import Reply
 from servelab.router.httprequest import Request
 from servelab.router.intake import BadRequest, parse_body
 from servelab.router.metrics import RouterMetrics
-from servelab.router.policies import make_policy
+from servelab.routing.policies import make_policy
 from servelab.router.pool import BackendPool
 from servelab.router.headers import relayed_headers
 from servelab.router.relay import Forwarding

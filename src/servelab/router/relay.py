@@ -33,7 +33,7 @@ from servelab.router.httprequest import Request
 from servelab.router.intake import Intake
 from servelab.router.metrics import RouterMetrics
 from servelab.router.pool import BackendPool, BackendState
-from servelab.router.records import NoHealthyReplicaError, RoutingPolicy
+from servelab.routing.records import NoHealthyReplicaError, RoutingPolicy
 from servelab.router.retry import RetryBudget, backoff_s
 from servelab.router.upstream import UpstreamAnswer
 

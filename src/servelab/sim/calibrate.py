@@ -55,7 +55,7 @@ _SCALE_BOUNDS = (0.6, 1.6)
 
 
 @dataclass(slots=True)
-class Target:
+class MeasuredCell:
     """One measured result and the simulation that reproduces its traffic."""
 
     name: str
@@ -72,7 +72,7 @@ class Target:
     direct: bool = False
 
 
-def _trial(opts: SimOptions, target: Target, cal: Calibration) -> SimOptions:
+def _trial(opts: SimOptions, target: MeasuredCell, cal: Calibration) -> SimOptions:
     """`target`'s deployment (else `opts`) with calibration `cal`."""
     return replace(target.options or opts, calibration=cal)
 
@@ -101,7 +101,7 @@ def token_totals_note(name: str, result: StoredResult, wl: PreparedWorkload) -> 
 
 def load_targets(paths: Sequence[Path], dataset: DatasetOptions, seed: int,
                  arrivals: ArrivalOptions, max_concurrency: int | None,
-                 num_warmups: int, notes: list[str] | None = None) -> list[Target]:
+                 num_warmups: int, notes: list[str] | None = None) -> list[MeasuredCell]:
     """Read result files and rebuild each one's workload (flags fill what a file lacks);
     `notes` gets a warning per result whose rebuilt token totals are off (`token_totals_note`)."""
     targets = []
@@ -129,12 +129,12 @@ def load_targets(paths: Sequence[Path], dataset: DatasetOptions, seed: int,
         note = token_totals_note(path.name, result, wl)
         if note is not None and notes is not None:
             notes.append(note)
-        targets.append(Target(path.name, measured, wl, run_seed,
+        targets.append(MeasuredCell(path.name, measured, wl, run_seed,
                               int(conc) if conc is not None else max_concurrency, num_warmups))
     return targets
 
 
-def simulated_metrics(opts: SimOptions, target: Target) -> dict[str, float]:
+def simulated_metrics(opts: SimOptions, target: MeasuredCell) -> dict[str, float]:
     """The fit metrics of one simulation of `target` under `opts` (its deployment:
     `target.options` when set, with `opts`' calibration)."""
     if target.options is not None:
@@ -151,7 +151,7 @@ def simulated_metrics(opts: SimOptions, target: Target) -> dict[str, float]:
     return {k: float(d[k]) for k in FIT_METRICS if k in d}
 
 
-def _simulate_direct(opts: SimOptions, target: Target) -> tuple[list[RequestRecord], float]:
+def _simulate_direct(opts: SimOptions, target: MeasuredCell) -> tuple[list[RequestRecord], float]:
     """Each replica alone on its share of the requests (`direct_shares`), all from t0:
     (records, the longest replica's duration in s)."""
     wl, one = target.workload, replace(opts, replicas=1)
@@ -241,7 +241,7 @@ def _pct(sim: float, meas: float) -> float:
     return 100.0 * (sim - meas) / meas if meas else 0.0
 
 
-def calibrate(opts: SimOptions, targets: Sequence[Target], max_evals: int = 60,
+def calibrate(opts: SimOptions, targets: Sequence[MeasuredCell], max_evals: int = 60,
               progress: Callable[[str], None] | None = None,
               params: Sequence[str] = _PARAMS) -> CalibrationFit:
     """Fit `params` of `opts`' calibration (default `_PARAMS`; starting from `opts`'
@@ -276,7 +276,7 @@ def calibrate(opts: SimOptions, targets: Sequence[Target], max_evals: int = 60,
     return fit
 
 
-def evaluate(opts: SimOptions, targets: Sequence[Target],
+def evaluate(opts: SimOptions, targets: Sequence[MeasuredCell],
              cal: Calibration) -> list[tuple[str, str, float, float]]:
     """(target, metric, measured, simulated) for each of `targets` under `cal`: the error
     on cells the fit did not see (held-out models) comes from here."""
@@ -288,12 +288,12 @@ def evaluate(opts: SimOptions, targets: Sequence[Target],
     return rows
 
 
-def model_of(opts: SimOptions, target: Target) -> str:
+def model_of(opts: SimOptions, target: MeasuredCell) -> str:
     """The model a target was measured on (its own deployment's, else `opts`')."""
     return (target.options or opts).model
 
 
-def leave_one_model_out(opts: SimOptions, targets: Sequence[Target], max_evals: int,
+def leave_one_model_out(opts: SimOptions, targets: Sequence[MeasuredCell], max_evals: int,
                         progress: Callable[[str], None] | None = None) -> dict[str, dict[str, float]]:
     """For each model among `targets`' deployments: fit the residual on the other models'
     cells only and report that fit's error (%) on this model's cells, per cell:metric.
@@ -327,7 +327,7 @@ def parse_model_for(items: Sequence[str]) -> dict[str, str]:
     return out
 
 
-def with_models(targets: list[Target], opts: SimOptions, models: dict[str, str]) -> list[Target]:
+def with_models(targets: list[MeasuredCell], opts: SimOptions, models: dict[str, str]) -> list[MeasuredCell]:
     """`targets` whose result file `models` names, simulated on that model (else `opts`')."""
     unknown = set(models) - {t.name for t in targets}
     if unknown:

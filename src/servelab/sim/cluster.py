@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from servelab.router.records import ReplicaView, RouteRequest, RoutingPolicy
+from servelab.routing.records import ReplicaView, RouteRequest, RoutingPolicy
 from servelab.sim.engine import SimEngine
 
 

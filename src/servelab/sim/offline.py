@@ -34,7 +34,7 @@ from dataclasses import replace, dataclass
 
 from servelab.metrics.records import RequestRecord
 from servelab.metrics.scrape import SpecDecodeStats, combine_spec_decode, spec_decode_stats
-from servelab.router.records import RouteRequest
+from servelab.routing.records import RouteRequest
 from servelab.sim.cluster import Cluster
 from servelab.sim.engine import RequestRejected, SimEngine
 from servelab.sim.scheduler import ScheduledStep

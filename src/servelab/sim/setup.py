@@ -52,7 +52,7 @@ class SimOptions:
 
 def build_cluster(opts: SimOptions, rng: random.Random) -> Cluster:
     """Fresh engines (empty caches) for every replica, behind `opts.router_policy`."""
-    from servelab.router.policies import make_policy
+    from servelab.routing.policies import make_policy
 
     if opts.replicas < 1:
         raise ValueError("replicas must be >= 1")

@@ -85,7 +85,7 @@ def _round_rate(x: float) -> float:
 
 
 @dataclass(frozen=True, slots=True)
-class Targets:
+class Boundaries:
     """Which boundaries to find and how the knee and flatness are defined."""
 
     knee: bool = True
@@ -105,7 +105,7 @@ def flattened(chain_measured: list[tuple[float, float]], flat_gain: float) -> bo
 
 
 def next_level(axis: LevelAxis, measured: Mapping[float, LevelView],
-               targets: Targets) -> tuple[float, str] | None:
+               targets: Boundaries) -> tuple[float, str] | None:
     """The next level to measure and why (``bracket``, ``knee``, ``slo``, ``saturation``),
     or None when every wanted boundary is resolved to one step."""
     if len(measured) >= targets.max_levels:
@@ -154,7 +154,7 @@ def peak_gaps(measured: Mapping[float, LevelView]) -> list[tuple[float, float]]:
 
 
 def _bracketed(chain_seen: list[tuple[float, float]], measured: Mapping[float, LevelView],
-               targets: Targets) -> bool:
+               targets: Boundaries) -> bool:
     knee_done = not targets.knee or flattened(chain_seen, targets.flat_gain)
     slo_done = not targets.slo or any(measured[x].meets_slo is False for x, _ in chain_seen)
     # Saturation is bracketed only by reaching a saturated level (the chain walk breaks there).
@@ -166,7 +166,7 @@ def steady(measured: Mapping[float, LevelView]) -> list[float]:
     return sorted(x for x, v in measured.items() if not v.saturated)
 
 
-def knee_gap(measured: Mapping[float, LevelView], targets: Targets) -> tuple[float, float] | None:
+def knee_gap(measured: Mapping[float, LevelView], targets: Boundaries) -> tuple[float, float] | None:
     """(last level below the knee threshold, first level at or above it)."""
     xs = steady(measured)
     if len(xs) < 2:
@@ -179,7 +179,7 @@ def knee_gap(measured: Mapping[float, LevelView], targets: Targets) -> tuple[flo
     return None
 
 
-def slo_gap(measured: Mapping[float, LevelView], targets: Targets) -> tuple[float, float] | None:
+def slo_gap(measured: Mapping[float, LevelView], targets: Boundaries) -> tuple[float, float] | None:
     """(highest level meeting the SLO below the first failure, the first failure)."""
     xs = sorted(measured)
     for a, b in zip(xs, xs[1:]):
@@ -190,7 +190,7 @@ def slo_gap(measured: Mapping[float, LevelView], targets: Targets) -> tuple[floa
     return None
 
 
-def saturation_gap(measured: Mapping[float, LevelView], targets: Targets) -> tuple[float, float] | None:
+def saturation_gap(measured: Mapping[float, LevelView], targets: Boundaries) -> tuple[float, float] | None:
     """(highest steady level below the first over-saturated one, that one)."""
     xs = sorted(measured)
     for a, b in zip(xs, xs[1:]):

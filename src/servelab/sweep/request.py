@@ -16,7 +16,7 @@ from pathlib import Path
 from servelab.errors import ServelabError
 from servelab.experiment.spec import NumPromptsRule
 from servelab.storage import check_writable_dir, write_json_atomic
-from servelab.sweep.levels import LevelAxis, Targets
+from servelab.sweep.levels import LevelAxis, Boundaries
 from servelab.sweep.plots import sweep_plot
 from servelab.sweep.report import outcome_json
 from servelab.sweep.runner import Echo, LevelSource, OneTarget, SweepConfig, SweepOutcome, sweep_levels
@@ -112,7 +112,7 @@ class SweepRequest:
                 slo = parse_slo(items, s.percentile) if items else None
         return SweepConfig(
             axis=self.axis(), dataset=dataset,
-            targets=Targets(knee=True, slo=slo is not None, saturation=self.mode == "rate",
+            targets=Boundaries(knee=True, slo=slo is not None, saturation=self.mode == "rate",
                             knee_tolerance=self.knee_tolerance, flat_gain=self.flat_gain,
                             max_levels=self.max_levels),
             repetitions=self.repetitions, prompts=self.prompts, num_warmups=self.num_warmups,

@@ -32,7 +32,7 @@ from servelab.metrics.summary import SummaryOptions, summarize
 from servelab.metrics.traps import result_json
 from servelab.sweep.diagnose import Bend, diagnose_level
 from servelab.sweep.knee import Knee, KneeInterval, find_knee, knee_interval
-from servelab.sweep.levels import LevelAxis, Targets, flattened, lookahead, next_level
+from servelab.sweep.levels import LevelAxis, Boundaries, flattened, lookahead, next_level
 from servelab.sweep.points import LevelPoint, LevelSummary, saturation_reason
 from servelab.sweep.slo import Capacity, Slo, capacity
 from servelab.sweep.targets import OpenTarget, PlannerView
@@ -49,7 +49,7 @@ class SweepConfig:
 
     axis: LevelAxis
     dataset: DatasetOptions
-    targets: Targets = Targets()
+    targets: Boundaries = Boundaries()
     repetitions: int = 1
     prompts: NumPromptsRule = NumPromptsRule()
     num_warmups: int = 0

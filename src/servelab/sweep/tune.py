@@ -37,7 +37,7 @@ from servelab.models import load_model
 from servelab.plan import EngineArgs, resolve_limits
 from servelab.sim.setup import SimOptions
 from servelab.storage import check_writable_dir, write_json_atomic
-from servelab.sweep.levels import LevelAxis, Targets
+from servelab.sweep.levels import LevelAxis, Boundaries
 from servelab.sweep.plots import pareto_plot
 from servelab.sweep.runner import Echo, SweepConfig, WorkloadCache, run_sweep
 from servelab.sweep.slo import Slo
@@ -361,7 +361,7 @@ def run_tune(req: TuneRequest, echo: Echo = lambda _l: None,
     slo = req.slo
     sweep_cfg = SweepConfig(
         axis=LevelAxis("concurrency", float(req.levels[0]), float(req.levels[1])), dataset=dataset,
-        targets=Targets(knee=False, slo=True, saturation=False), repetitions=req.repetitions,
+        targets=Boundaries(knee=False, slo=True, saturation=False), repetitions=req.repetitions,
         prompts=req.prompts, seed=req.seed, slo=slo, percentile=slo.percentile)
     cfg = TuneConfig(space, sweep_cfg, req.objective, req.max_trials)
     store = TrialStore(req.out)

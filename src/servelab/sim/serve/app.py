@@ -16,9 +16,9 @@ from dataclasses import dataclass
 
 from servelab.errors import ServelabError
 from servelab.sim.engine import SimEngine, build_engine
-from servelab.sim.metrics_export import CacheConfig
-from servelab.sim.server import SIM_VERSION, ServerConfig, SimServer
-from servelab.sim.server_log import StartupFacts, VllmLog, log_listening, log_startup
+from servelab.sim.serve.metrics import CacheConfig
+from servelab.sim.serve.server import SIM_VERSION, ServerConfig, SimServer
+from servelab.sim.serve.log import StartupFacts, VllmLog, log_listening, log_startup
 from servelab.sim.setup import SimOptions
 from servelab.workload.tokenizer import load_tokenizer
 

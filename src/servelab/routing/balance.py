@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
-from servelab.router.records import (
+from servelab.routing.records import (
     NoFeedback,
     ReplicaView,
     RouteDecision,

@@ -1,7 +1,7 @@
 """The OpenAI API as vLLM speaks it: request parsing, response and SSE chunk shapes, errors.
 
-Pure functions over JSON values; the HTTP handlers in `servelab.sim.server` and the
-response writers in `server_reply` call them.
+Pure functions over JSON values; the HTTP handlers in `servelab.sim.serve.server` and the
+response writers in `servelab.sim.serve.reply` call them.
 Shapes follow vLLM 0.32.0's output (see tests/data/sim_server/*.sse): completions stream
 one chunk per engine output (its tokens' text), the last one carrying `finish_reason`; chat
 streams start with `delta: {"role": "assistant", "content": ""}`; with

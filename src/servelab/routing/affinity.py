@@ -13,7 +13,7 @@ import hashlib
 from collections.abc import Sequence
 
 from servelab.errors import ServelabError
-from servelab.router.records import (
+from servelab.routing.records import (
     NoFeedback,
     ReplicaView,
     RouteDecision,

@@ -3,15 +3,15 @@
 `stream_reply` sends SSE chunks as the driver hands tokens over; `collect_reply` waits for
 the last token and answers one JSON body. Both own no state beyond the response they
 write: the request id, headers and output text come from the handler in
-`servelab.sim.server`, the chunk shapes from `server_openai`.
+`servelab.sim.serve.server`, the chunk shapes from `servelab.sim.serve.openai`.
 """
 
 from __future__ import annotations
 
 from aiohttp import web
 
-from servelab.sim.server_driver import Ended, RequestStream
-from servelab.sim.server_openai import (
+from servelab.sim.serve.driver import Ended, RequestStream
+from servelab.sim.serve.openai import (
     SSE_DONE,
     ApiError,
     GenerationParams,
@@ -19,7 +19,7 @@ from servelab.sim.server_openai import (
     sse,
     usage,
 )
-from servelab.sim.server_text import RequestText
+from servelab.sim.serve.text import RequestText
 
 
 async def stream_reply(request: web.Request, params: GenerationParams, head: ResponseHead,

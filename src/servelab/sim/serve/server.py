@@ -3,7 +3,7 @@
 Routes as vLLM's: `POST /v1/completions`, `POST /v1/chat/completions` (JSON or SSE with
 usage), `GET /v1/models`, `GET /health`, `POST /tokenize`, `GET /metrics`, `GET /version`.
 Requests go to a `RealtimeDriver`, which steps the engine on the simulated schedule and
-hands tokens back as they are emitted; `server_reply` writes them out (SSE or one JSON
+hands tokens back as they are emitted; `servelab.sim.serve.reply` writes them out (SSE or one JSON
 body). Every response of a generation request carries the header `X-Servelab-Arrival-S`:
 the request's arrival in simulated seconds since the server started, so an offline replay
 can be fed exactly the arrivals the server saw.
@@ -21,16 +21,16 @@ from aiohttp import web
 
 from servelab import __version__
 from servelab.sim.engine import rejection_message
-from servelab.sim.metrics_export import CONTENT_TYPE, CacheConfig, RequestTimes, VllmMetrics
-from servelab.sim.server_driver import (
+from servelab.sim.serve.metrics import CONTENT_TYPE, CacheConfig, RequestTimes, VllmMetrics
+from servelab.sim.serve.driver import (
     Delivery,
     RealtimeDriver,
     RequestStream,
     ServedEngine,
     VirtualClock,
 )
-from servelab.sim.server_log import StatsLine, VllmLog
-from servelab.sim.server_openai import (
+from servelab.sim.serve.log import StatsLine, VllmLog
+from servelab.sim.serve.openai import (
     ApiError,
     GenerationParams,
     Kind,
@@ -39,8 +39,8 @@ from servelab.sim.server_openai import (
     parse_generation,
     parse_json,
 )
-from servelab.sim.server_reply import collect_reply, stream_reply
-from servelab.sim.server_text import PromptTokenizer, TokenTexts, render_chat
+from servelab.sim.serve.reply import collect_reply, stream_reply
+from servelab.sim.serve.text import PromptTokenizer, TokenTexts, render_chat
 
 __all__ = ["ARRIVAL_HEADER", "ServerConfig", "ServedEngine", "SimServer"]
 

@@ -2,7 +2,7 @@
 
 Every policy is a pure function of (request, replica views, `now_s`) plus state it owns,
 so the proxy (`servelab route`) and the simulator's clusters run the same code. The
-records and the `RoutingPolicy` protocol are re-exported from `servelab.router.records`.
+records and the `RoutingPolicy` protocol are re-exported from `servelab.routing.records`.
 """
 
 from __future__ import annotations
@@ -12,17 +12,17 @@ import random
 from collections.abc import Callable
 
 from servelab.errors import ServelabError
-from servelab.router.affinity import ConsistentHash
-from servelab.router.balance import LeastRequests, PowerOfTwo, RandomChoice, RoundRobin
-from servelab.router.cache_aware import CacheAware
-from servelab.router.records import (
+from servelab.routing.affinity import ConsistentHash
+from servelab.routing.balance import LeastRequests, PowerOfTwo, RandomChoice, RoundRobin
+from servelab.routing.cache_aware import CacheAware
+from servelab.routing.records import (
     NoHealthyReplicaError,
     ReplicaView,
     RouteDecision,
     RouteRequest,
     RoutingPolicy,
 )
-from servelab.router.signals import KvAware, LatencyAware
+from servelab.routing.signals import KvAware, LatencyAware
 
 __all__ = [
     "POLICY_NAMES",

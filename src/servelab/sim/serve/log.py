@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from servelab.sim.metrics_export import EngineCounters
+from servelab.sim.serve.metrics import EngineCounters
 
 BANNER = (
     "",

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from servelab.errors import ServelabError
-from servelab.router.records import (
+from servelab.routing.records import (
     ReplicaView,
     RouteDecision,
     RouteRequest,

@@ -34,8 +34,8 @@ from collections import Counter
 from collections.abc import Sequence
 
 from servelab.errors import ServelabError
-from servelab.router.prefix_tree import PrefixTree
-from servelab.router.records import (
+from servelab.routing.prefix_tree import PrefixTree
+from servelab.routing.records import (
     ReplicaView,
     RouteDecision,
     RouteRequest,

@@ -22,7 +22,7 @@ from typing import Protocol
 
 from servelab.errors import ServelabError
 from servelab.sim.engine import SimRequest, StepResult, TokenEvent
-from servelab.sim.metrics_export import EngineCounters
+from servelab.sim.serve.metrics import EngineCounters
 
 
 class ServedEngine(Protocol):
