@@ -19,12 +19,9 @@ expanded heads when prefilling (2 x heads x (qk_nope + qk_rope) + 2 x heads x v_
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
+from servelab.models.geometry import ModelGeometry
 from servelab.models.weights import SIXTEEN_BIT, linear_bytes, weight_bytes_per_gpu
-
-if TYPE_CHECKING:
-    from servelab.models.geometry import ModelGeometry
 
 _KV_DTYPE_BYTES = {"fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "bfloat16": 2, "float16": 2,
                    "half": 2}

@@ -18,10 +18,8 @@ published checkpoints do.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from servelab.models.geometry import LinearShape, ModelGeometry, WeightFormat
+from servelab.models.geometry import LinearShape, ModelGeometry, WeightFormat
 
 SIXTEEN_BIT = 2
 MXFP4_BLOCK = 32

@@ -190,6 +190,12 @@ class _Built:
     sessions: tuple[Session, ...] | None = None
 
 
+def random_shape(opts: DatasetOptions) -> synthetic.RandomShape:
+    """The random dataset's shape from its flags (random-mm's text part too)."""
+    return synthetic.RandomShape(opts.num_prompts, opts.random_input_len, opts.random_output_len,
+                                 opts.random_range_ratio, opts.random_prefix_len, opts.use_chat)
+
+
 def _path(opts: DatasetOptions) -> Path:
     assert opts.dataset_path is not None  # checked by DatasetOptions
     return opts.dataset_path
@@ -277,7 +283,7 @@ def _jsonl(opts: DatasetOptions, tok: TokenizerHandle, seed: int) -> _Built:
 
 
 def _random_mm(opts: DatasetOptions, tok: TokenizerHandle, seed: int) -> _Built:
-    requests, notes = multimodal.random_mm_requests(opts, tok, np.random.default_rng(seed))
+    requests, notes = multimodal.random_mm_requests(opts, random_shape(opts), tok, np.random.default_rng(seed))
     return _Built(requests, notes)
 
 
@@ -298,9 +304,12 @@ def _sessions(opts: DatasetOptions, tok: TokenizerHandle, seed: int) -> _Built:
 _BUILDERS: dict[str, Callable[[DatasetOptions, TokenizerHandle, int], _Built]] = {
     "sharegpt": _sharegpt,
     "jsonl": _jsonl,
-    "random": lambda o, t, s: _Built(synthetic.random_requests(o, t, np.random.default_rng(s))),
+    "random": lambda o, t, s: _Built(synthetic.random_requests(random_shape(o), t, np.random.default_rng(s))),
     "prefix_repetition": lambda o, t, s: _Built(
-        synthetic.prefix_repetition_requests(o, t, np.random.default_rng(s))),
+        synthetic.prefix_repetition_requests(synthetic.PrefixRepetitionShape(
+            o.num_prompts, o.prefix_repetition_prefix_len, o.prefix_repetition_suffix_len,
+            o.prefix_repetition_num_prefixes, o.prefix_repetition_output_len, o.use_chat),
+            t, np.random.default_rng(s))),
     "custom": _custom,
     "spec_bench": _spec_bench,
     "hf": _hf,

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from servelab.workload.synthetic import random_requests, request_spec
+from servelab.workload.synthetic import RandomShape, random_requests, request_spec
 
 if TYPE_CHECKING:
     from servelab.workload.datasets import DatasetOptions
@@ -132,13 +132,13 @@ def png_data_url(pixels: np.ndarray) -> str:
 
 
 def random_mm_requests(
-    opts: DatasetOptions, tok: TokenizerHandle, rng: np.random.Generator
+    opts: DatasetOptions, text: RandomShape, tok: TokenizerHandle, rng: np.random.Generator
 ) -> tuple[list[RequestSpec], list[str]]:
-    """The random dataset's prompts (same flags) with images attached; and a note."""
+    """The random dataset's prompts (`text`: the same flags) with images attached; and a note."""
     limits = opts.random_mm_limit_mm_per_prompt
     buckets = check_buckets(opts.random_mm_bucket_config, limits)
     lo, hi = item_count_range(opts, limits)
-    texts = random_requests(opts, tok, rng)
+    texts = random_requests(text, tok, rng)
     probs = np.array([b[3] for b in buckets])
     out = []
     images_total = 0

@@ -10,16 +10,12 @@ when encoding prefix + suffix leaves the prefix's ids untouched.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from servelab.errors import ServelabError
 from servelab.workload.request import ChatMessage, RequestSpec
-
-if TYPE_CHECKING:
-    from servelab.workload.datasets import DatasetOptions
-    from servelab.workload.tokenizer import TokenizerHandle
+from servelab.workload.tokenizer import TokenizerHandle
 
 _MAX_TRIES = 64
 
@@ -91,8 +87,35 @@ def length_bounds(length: int, ratio: float, minimum: int) -> tuple[int, int]:
     return max(int(length * (1 - ratio)), minimum), max(int(length * (1 + ratio)), minimum)
 
 
+@dataclass(frozen=True, slots=True)
+class RandomShape:
+    """vLLM's random dataset: `num_prompts` requests of `input_len` prompt and `output_len`
+    output tokens, each drawn within +-`range_ratio`, after a shared `prefix_len`-token
+    prefix; chat messages when `use_chat`."""
+
+    num_prompts: int
+    input_len: int
+    output_len: int
+    range_ratio: float = 0.0
+    prefix_len: int = 0
+    use_chat: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class PrefixRepetitionShape:
+    """vLLM's prefix_repetition dataset: `num_prompts` requests, each one of `num_prefixes`
+    `prefix_len`-token prefixes and its own `suffix_len`-token suffix, `output_len` out."""
+
+    num_prompts: int
+    prefix_len: int
+    suffix_len: int
+    num_prefixes: int
+    output_len: int
+    use_chat: bool = False
+
+
 def random_requests(
-    opts: DatasetOptions, tok: TokenizerHandle, rng: np.random.Generator
+    opts: RandomShape, tok: TokenizerHandle, rng: np.random.Generator
 ) -> list[RequestSpec]:
     """vLLM's RandomDataset: a shared random prefix, then consecutive ids from a random offset.
 
@@ -101,12 +124,12 @@ def random_requests(
     """
     maker = TextMaker(tok, rng)
     n = opts.num_prompts
-    in_lo, in_hi = length_bounds(opts.random_input_len, opts.random_range_ratio, 0)
-    out_lo, out_hi = length_bounds(opts.random_output_len, opts.random_range_ratio, 1)
+    in_lo, in_hi = length_bounds(opts.input_len, opts.range_ratio, 0)
+    out_lo, out_hi = length_bounds(opts.output_len, opts.range_ratio, 1)
     input_lens = rng.integers(in_lo, in_hi + 1, size=n)
     output_lens = rng.integers(out_lo, out_hi + 1, size=n)
     offsets = rng.integers(0, len(maker.alphabet), size=n)
-    prefix = maker.fit(opts.random_prefix_len) if opts.random_prefix_len else None
+    prefix = maker.fit(opts.prefix_len) if opts.prefix_len else None
     out = []
     for i in range(n):
         start = (offsets[i] + i + np.arange(input_lens[i])) % len(maker.alphabet)
@@ -116,7 +139,7 @@ def random_requests(
 
 
 def prefix_repetition_requests(
-    opts: DatasetOptions, tok: TokenizerHandle, rng: np.random.Generator
+    opts: PrefixRepetitionShape, tok: TokenizerHandle, rng: np.random.Generator
 ) -> list[RequestSpec]:
     """`num_prefixes` random prefixes; request i = prefix (i mod num_prefixes) + unique suffix.
 
@@ -124,15 +147,13 @@ def prefix_repetition_requests(
     """
     maker = TextMaker(tok, rng)
     n = opts.num_prompts
-    prefixes = [maker.fit(opts.prefix_repetition_prefix_len)
-                for _ in range(opts.prefix_repetition_num_prefixes)]
+    prefixes = [maker.fit(opts.prefix_len) for _ in range(opts.num_prefixes)]
     texts = []
     for i in range(n):
-        fitted = maker.fit(opts.prefix_repetition_suffix_len, prefixes[i % len(prefixes)])
+        fitted = maker.fit(opts.suffix_len, prefixes[i % len(prefixes)])
         texts.append(fitted)
     order = rng.permutation(n)
     return [
-        request_spec(pos, texts[j].text, len(texts[j].ids), opts.prefix_repetition_output_len,
-              opts.use_chat)
+        request_spec(pos, texts[j].text, len(texts[j].ids), opts.output_len, opts.use_chat)
         for pos, j in enumerate(order)
     ]
