@@ -3,6 +3,8 @@ typed record's refusal becomes one."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from pydantic import ValidationError
 
 
@@ -21,3 +23,16 @@ def first_problem(exc: ValidationError) -> str:
     key = ".".join(str(p) for p in err["loc"]) or "(top level)"
     what = "unknown key" if err["type"] == "extra_forbidden" else str(err["msg"]).removeprefix("Value error, ")
     return f"key {key}: {what}"
+
+
+def failure_of(call: Callable[[], object] | None) -> str | None:
+    """Run `call` (None: nothing to run); None when it succeeded, else its `ServelabError`'s
+    message. For stops whose failure is reported, not raised (an actor's engine, a copy of a
+    target), so one failure does not skip the rest."""
+    if call is None:
+        return None
+    try:
+        call()
+    except ServelabError as exc:
+        return str(exc)
+    return None

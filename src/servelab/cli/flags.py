@@ -331,3 +331,47 @@ def expand_nargs(argv: list[str]) -> list[str]:
         else:
             out.append(token)
     return out
+
+
+# `servelab sweep` and `servelab tune` measure the same kinds of target with the same
+# per-level request counts: their shared flags, declared once.
+def _option(name: str, default: Any, flag: str, help: str, annotation: Any, metavar: str | None = None) -> inspect.Parameter:
+    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation,
+                             default=typer.Option(default, flag, help=help, metavar=metavar))
+
+
+def _passed_through(values: dict[str, Any]) -> dict[str, Any]:
+    return values
+
+
+def measured_target_flags(ray_help: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Add --sim, --spec, --arm, --workload and --ray (`ray_help` says what runs on the
+    cluster); call `func(..., sim, spec, arm, workload, ray)`."""
+    flags = [
+        _option("sim", False, "--sim", "Measure the offline simulator (needs --model and --gpu).", bool),
+        _option("spec", None, "--spec", "Experiment spec: measure one of its arms, launched as the spec says.",
+                Optional[Path]),
+        _option("arm", None, "--arm", "Arm of --spec (default: its baseline).", Optional[str]),
+        _option("workload", None, "--workload", "Workload of --spec (default: its first); replaces the "
+                "dataset flags.", Optional[str]),
+        _option("ray", None, "--ray", ray_help, Optional[str], "ADDRESS"),
+    ]
+
+    def add(func: Callable[..., Any]) -> Callable[..., Any]:
+        return extend_signature(func, tuple(p.name for p in flags), flags, _passed_through)
+
+    return add
+
+
+_LEVEL_PROMPTS = [
+    _option("prompts_per_concurrency", 5, "--prompts-per-concurrency", "Requests per level: this x concurrency.", int),
+    _option("min_prompts", 50, "--min-prompts", "Fewest requests per level.", int),
+    _option("max_prompts", 1000, "--max-prompts", "Most requests per level.", int),
+    _option("repetitions", 1, "--repetitions", "Runs per level, each with its own seed (>= 3 for an interval).", int),
+]
+
+
+def level_prompt_flags(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Add --prompts-per-concurrency, --min-prompts, --max-prompts and --repetitions; call
+    `func(..., prompts_per_concurrency, min_prompts, max_prompts, repetitions)`."""
+    return extend_signature(func, tuple(p.name for p in _LEVEL_PROMPTS), _LEVEL_PROMPTS, _passed_through)

@@ -12,7 +12,7 @@ import typer
 from servelab.cli.output import make_console
 
 from servelab.cli.engine_flags import EngineFlags, sim_engine_flags
-from servelab.cli.flags import workload_flags
+from servelab.cli.flags import level_prompt_flags, measured_target_flags, workload_flags
 from servelab.errors import ServelabError
 from servelab.workload.datasets import DatasetOptions
 
@@ -27,16 +27,25 @@ SWEEP_ENGINE_HELP = {
 
 @workload_flags
 @sim_engine_flags(raw=True, required=False, fleet=True, help=SWEEP_ENGINE_HELP)
+@measured_target_flags("Ray cluster (HOST:PORT or auto): copies of the --sim or --spec target, one per free "
+                       "GPU set, measure the levels the search may need next at once; the same path and "
+                       "outcome (needs servelab[ray]).")
+@level_prompt_flags
 def sweep_cmd(
     *,
     dataset: DatasetOptions,
     seed: int,
     engine: EngineFlags,
+    sim: bool,
+    spec: Optional[Path],
+    arm: Optional[str],
+    workload: Optional[str],
+    ray: Optional[str],
+    prompts_per_concurrency: int,
+    min_prompts: int,
+    max_prompts: int,
+    repetitions: int,
     base_url: Optional[str] = typer.Option(None, "--base-url", help="Target URL (OpenAI-compatible), e.g. http://127.0.0.1:8000."),
-    sim: bool = typer.Option(False, "--sim", help="Sweep the offline simulator (needs --model and --gpu)."),
-    spec: Optional[Path] = typer.Option(None, "--spec", help="Experiment spec: sweep one of its arms (launched as the spec says)."),
-    arm: Optional[str] = typer.Option(None, "--arm", help="Arm of --spec (default: its baseline)."),
-    workload: Optional[str] = typer.Option(None, "--workload", help="Workload of --spec (default: its first); replaces the dataset flags."),
     backend: str = typer.Option("openai", "--backend", help="Client backend for --base-url: openai, openai-chat, vllm, sglang."),
     request_timeout: float = typer.Option(600.0, "--request-timeout", help="Per-request timeout (s) for --base-url."),
     mode: str = typer.Option("concurrency", "--mode", help="concurrency (closed loop) or rate (open loop, req/s)."),
@@ -44,14 +53,10 @@ def sweep_cmd(
     max_level: Optional[float] = typer.Option(None, "--max-level", help="Highest level (default 1024 concurrency, 100 req/s)."),
     growth: float = typer.Option(2.0, "--growth", help="Bracketing factor between levels."),
     rate_resolution: float = typer.Option(0.05, "--rate-resolution", help="Rate mode: bisection stops at this relative step."),
-    repetitions: int = typer.Option(1, "--repetitions", help="Runs per level, each with its own seed (>= 3 for an interval)."),
     knee_tolerance: float = typer.Option(0.10, "--knee-tolerance", help="Knee: smallest level with throughput >= (1 - this) x the peak."),
     flat_gain: float = typer.Option(0.05, "--flat-gain", help="Bracketing stops when a step gains less than this fraction."),
     max_levels: int = typer.Option(40, "--max-levels", help="Most levels one sweep measures."),
-    prompts_per_concurrency: int = typer.Option(5, "--prompts-per-concurrency", help="Requests per level: this x concurrency (replaces --num-prompts)."),
     rate_duration_s: float = typer.Option(30.0, "--rate-duration-s", help="Rate mode: requests per level = rate x this."),
-    min_prompts: int = typer.Option(50, "--min-prompts", help="Fewest requests per level."),
-    max_prompts: int = typer.Option(1000, "--max-prompts", help="Most requests per level."),
     num_warmups: int = typer.Option(0, "--num-warmups", help="Warm-up requests before each run."),
     burstiness: float = typer.Option(1.0, "--burstiness", help="Rate mode: gamma shape of arrivals."),
     max_concurrency: Optional[int] = typer.Option(None, "--max-concurrency", help="Rate mode: cap on requests in flight."),
@@ -59,7 +64,6 @@ def sweep_cmd(
     slo_percentile: float = typer.Option(99.0, "--slo-percentile", help="Percentile the SLO is judged at."),
     out: Optional[Path] = typer.Option(None, "--out", help="Folder: each level's result JSON as produced, sweep.json, sweep.png."),
     as_json: bool = typer.Option(False, "--json", help="Print the sweep's summary JSON on stdout (tables go to stderr)."),
-    ray: Optional[str] = typer.Option(None, "--ray", help="Ray cluster (HOST:PORT or auto): copies of the --sim or --spec target, one per free GPU set, measure the levels the search may need next at once; the same path and outcome (needs servelab[ray])."),
 ) -> None:
     """Sweep load levels adaptively (bracket, then bisect): knee, capacity under the SLO, why it bends."""
     from servelab.experiment.spec import NumPromptsRule

@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from servelab.cli.engine_flags import EngineFlags, sim_engine_flags
-from servelab.cli.flags import workload_flags
+from servelab.cli.flags import level_prompt_flags, measured_target_flags, workload_flags
 from servelab.cli.output import make_console
 from servelab.errors import ServelabError
 from servelab.workload.datasets import DatasetOptions
@@ -35,11 +35,24 @@ TUNE_ENGINE_HELP = {
 
 @workload_flags
 @sim_engine_flags(raw=True, required=False, help=TUNE_ENGINE_HELP)
+@measured_target_flags("Run trials as tasks on this Ray cluster (HOST:PORT or auto), as many at once as it has "
+                       "GPUs for (CPUs for --sim); the same search path and outcome as without (needs "
+                       "servelab[ray]).")
+@level_prompt_flags
 def tune_cmd(
     *,
     dataset: DatasetOptions,
     seed: int,
     engine: EngineFlags,
+    sim: bool,
+    spec: Optional[Path],
+    arm: Optional[str],
+    workload: Optional[str],
+    ray: Optional[str],
+    prompts_per_concurrency: int,
+    min_prompts: int,
+    max_prompts: int,
+    repetitions: int,
     param: list[str] = typer.Option(..., "--param", help="Axis NAME=V1,V2,... (repeat), e.g. max_num_seqs=16,32,64."),
     slo: list[str] = typer.Option(..., "--slo", help="SLOs in ms: ttft:MS tpot:MS e2el:MS."),
     slo_percentile: float = typer.Option(99.0, "--slo-percentile", help="Percentile the SLO is judged at."),
@@ -47,18 +60,9 @@ def tune_cmd(
     objective: str = typer.Option("goodput", "--objective", help="goodput (req/s meeting the SLO) or throughput (output tok/s), at the SLO capacity."),
     max_trials: Optional[int] = typer.Option(None, "--max-trials", help="Trial budget (default: a quarter of the grid)."),
     grid: bool = typer.Option(False, "--grid", help="Run every grid point instead of searching (to check a search)."),
-    sim: bool = typer.Option(False, "--sim", help="Tune the offline simulator (needs --model, --gpu)."),
-    spec: Optional[Path] = typer.Option(None, "--spec", help="Tune an arm of this spec (its engine is launched per trial)."),
-    arm: Optional[str] = typer.Option(None, "--arm", help="Arm of --spec (default: its baseline)."),
-    workload: Optional[str] = typer.Option(None, "--workload", help="Workload of --spec (default: its first)."),
     min_level: int = typer.Option(1, "--min-level", help="Lowest concurrency of each trial's sweep."),
     max_level: int = typer.Option(1024, "--max-level", help="Highest concurrency of each trial's sweep."),
-    prompts_per_concurrency: int = typer.Option(5, "--prompts-per-concurrency", help="Requests per level: this x concurrency."),
-    min_prompts: int = typer.Option(50, "--min-prompts", help="Fewest requests per level."),
-    max_prompts: int = typer.Option(1000, "--max-prompts", help="Most requests per level."),
-    repetitions: int = typer.Option(1, "--repetitions", help="Runs per level."),
     as_json: bool = typer.Option(False, "--json", help="Print the outcome JSON on stdout."),
-    ray: Optional[str] = typer.Option(None, "--ray", metavar="ADDRESS", help="Run trials as tasks on this Ray cluster, as many at once as it has GPUs for (CPUs for --sim); the same search path and outcome as without. Needs servelab[ray]."),
 ) -> None:
     """Search engine arguments for the best goodput at the SLO capacity, in fewer trials than the grid."""
     # imported when the command runs: the sweep package pulls in the simulator and

@@ -23,6 +23,7 @@ more requests are sent and those in flight are cancelled (`cancelled`).
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -109,6 +110,7 @@ class ScheduleSender:
         records = await self.warmup(warm, t_warm) if warm else []
         if before_t0 is not None:
             await before_t0()
+        settle_heap()
         t0 = self.clock()
         for r in records:
             r.send_s -= t0 - t_warm
@@ -300,6 +302,15 @@ class ScheduleSender:
 def _fail(rec: RequestRecord, kind: str, message: str) -> None:
     rec.error_kind = kind
     rec.error = message or kind
+
+
+def settle_heap() -> None:
+    """Collect, then freeze what is alive now (the workload, the tokenizer, the encoded
+    bodies): just before t0, so that no full collection walks that heap during the run. One
+    landing in the first wave held 6 of 16 sends back by 50 ms (its p99 scheduling lag went
+    from 2 to 52 ms when an unrelated change moved the allocation count)."""
+    gc.collect()
+    gc.freeze()
 
 
 @dataclass(frozen=True, slots=True)

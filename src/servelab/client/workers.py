@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 
-from servelab.client.sender import PREOPEN_MAX, ScheduleSender, SendControls, SendStatus
+from servelab.client.sender import PREOPEN_MAX, ScheduleSender, SendControls, SendStatus, settle_heap
 from servelab.client.target import TargetConfig
 from servelab.errors import ServelabError
 from servelab.metrics.records import RequestRecord
@@ -103,6 +103,7 @@ async def _child_run(
             t_warm = time.perf_counter()
             warm = await sender.warmup(warmups, t_warm) if warmups else []
             bodies = sender.encode(requests)
+            settle_heap()
             conn.send(("ready", None))
             kind, t0 = await loop.run_in_executor(None, conn.recv)
             if kind != "go":

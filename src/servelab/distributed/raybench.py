@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from servelab.client.sender import PREOPEN_MAX, ScheduleSender, SendControls, SendStatus
+from servelab.client.sender import PREOPEN_MAX, ScheduleSender, SendControls, SendStatus, settle_heap
 from servelab.client.target import TargetConfig
 from servelab.client.workers import split_cap
 from servelab.distributed.raycluster import connect
@@ -78,6 +78,7 @@ class ClientWorker:
         self.warm = await self.sender.warmup(warmups, self.t_warm) if warmups else []
         self.requests, self.intended = requests, intended_s
         self.bodies = self.sender.encode(requests)
+        settle_heap()
         return str(ray.get_runtime_context().get_node_id())
 
     async def go(self, t0_wall_s: float) -> list[RequestRecord]:

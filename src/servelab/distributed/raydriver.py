@@ -41,7 +41,7 @@ from servelab.distributed.placement import ArmDemand, demand_of, gpus_per_node, 
 from servelab.distributed.raycluster import cluster_nodes, connect
 from servelab.engine.adapter import NodeRank
 from servelab.engine.process import DIE_WITH_PARENT_ENV, ServerProcess, log_tail
-from servelab.errors import ServelabError
+from servelab.errors import ServelabError, failure_of
 from servelab.experiment.cellrecord import CellRecord, Placement
 from servelab.experiment.cells import Cell, CellSelection
 from servelab.experiment.launch import ArmRun, start_arm, start_rank
@@ -133,13 +133,7 @@ class ArmWorker:
     def stop(self) -> str | None:
         """Stop the arm's router and engine; None, else what failed."""
         run, self.run = self.run, None
-        if run is None:
-            return None
-        try:
-            run.stop()
-        except ServelabError as exc:
-            return str(exc)
-        return None
+        return failure_of(run.stop if run is not None else None)
 
 
 def _on_these_gpus(arm: ArmSpec, ids: list[int]) -> ArmSpec:
@@ -188,13 +182,7 @@ class RankWorker:
     def stop(self) -> str | None:
         """Stop this node's process (its whole group); None, else what failed."""
         process, self.process = self.process, None
-        if process is None:
-            return None
-        try:
-            process.stop()
-        except ServelabError as exc:
-            return str(exc)
-        return None
+        return failure_of(process.stop if process is not None else None)
 
 
 @dataclass

@@ -17,7 +17,7 @@ from typing import Any
 
 from servelab.distributed.raycluster import connect
 from servelab.engine.process import DIE_WITH_PARENT_ENV
-from servelab.errors import ServelabError
+from servelab.errors import ServelabError, failure_of
 from servelab.sweep.runner import MeasuredLevel, SweepConfig, WorkloadCache, measure_level
 from servelab.sweep.targets import OpenTarget
 
@@ -54,13 +54,7 @@ class LevelWorker:
 
     def close(self) -> str | None:
         ot, self.ot = self.ot, None
-        if ot is None:
-            return None
-        try:
-            ot.close()
-        except ServelabError as exc:
-            return str(exc)
-        return None
+        return failure_of(ot.close if ot is not None else None)
 
 
 class RayLevelPool:
