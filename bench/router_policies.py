@@ -67,9 +67,9 @@ from servelab.metrics.summary import SummaryOptions, summarize
 from servelab.plan import EngineArgs
 from servelab.routing.policies import POLICY_NAMES
 from servelab.routing.records import RouteDecision, RouteRequest, ReplicaView
-from servelab.sim.offline import simulate
+from servelab.sim.offline import offline_requests, simulate
 from servelab.testing.ports import free_port_base
-from servelab.sim.setup import SimOptions, build_cluster, offline_requests
+from servelab.sim.setup import SimOptions, build_cluster
 from servelab.workload.arrivals import ArrivalOptions, arrival_times_s
 from servelab.workload.datasets import DatasetOptions, build_workload
 from servelab.workload.tokenizer import load_tokenizer

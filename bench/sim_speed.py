@@ -25,7 +25,7 @@ import numpy as np
 from servelab.plan import EngineArgs
 from servelab.sim.cluster import Cluster
 from servelab.sim.offline import OfflineRequest, simulate
-from servelab.sim.runner import PreparedWorkload, prepare_workload
+from servelab.sim.offline import PreparedWorkload, prepare_workload
 from servelab.sim.setup import SimOptions, build_cluster
 from servelab.workload.arrivals import ArrivalOptions
 from servelab.workload.datasets import DatasetOptions

@@ -31,7 +31,7 @@ from servelab.plan import EngineArgs
 from servelab.sim.calibrate import MeasuredCell, calibrate, simulated_metrics
 from servelab.sim.cost import default_calibration
 from servelab.sim.offline import OfflineRequest
-from servelab.sim.runner import PreparedWorkload, prepare_workload
+from servelab.sim.offline import PreparedWorkload, prepare_workload
 from servelab.sim.setup import SimOptions, fit_token_ids
 from servelab.workload.arrivals import ArrivalOptions
 from servelab.workload.datasets import DatasetOptions

@@ -244,8 +244,8 @@ def test_offline_direct_split_is_two_independent_replicas_with_half_the_cap() ->
     from servelab.experiment.targets import OfflineSimTarget
     from servelab.metrics.summary import SummaryOptions, summarize
     from servelab.plan import EngineArgs
-    from servelab.sim.offline import simulate
-    from servelab.sim.setup import SimOptions, build_cluster, offline_requests
+    from servelab.sim.offline import offline_requests, simulate
+    from servelab.sim.setup import SimOptions, build_cluster
     from servelab.workload.datasets import DatasetOptions, build_workload
     from servelab.workload.tokenizer import load_tokenizer
 

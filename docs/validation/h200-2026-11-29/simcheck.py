@@ -30,7 +30,7 @@ from pathlib import Path
 from servelab.plan import EngineArgs
 from servelab.sim.calibrate import Target, calibrate, simulated_metrics
 from servelab.sim.cost import Calibration
-from servelab.sim.runner import prepare_workload
+from servelab.sim.offline import prepare_workload
 from servelab.sim.setup import SimOptions
 from servelab.workload.arrivals import ArrivalOptions
 from servelab.workload.datasets import DatasetOptions

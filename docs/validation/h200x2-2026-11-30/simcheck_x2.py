@@ -59,7 +59,7 @@ from servelab.metrics.summary import SummaryOptions, summarize
 from servelab.sim.calibrate import FIT_METRICS, Target, simulated_metrics
 from servelab.sim.cost import Calibration
 from servelab.experiment.simulation import _spec, arm_options
-from servelab.sim.runner import PreparedWorkload, prepare_workload, simulate_prepared
+from servelab.sim.offline import PreparedWorkload, prepare_workload, simulate_prepared
 from servelab.workload.arrivals import ArrivalOptions
 
 HERE = Path(__file__).resolve().parent

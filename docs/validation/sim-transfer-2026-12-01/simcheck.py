@@ -31,7 +31,7 @@ from pathlib import Path
 from servelab.plan import EngineArgs
 from servelab.sim.calibrate import Target, calibrate, evaluate
 from servelab.sim.cost import Calibration, default_calibration
-from servelab.sim.runner import prepare_workload
+from servelab.sim.offline import prepare_workload
 from servelab.sim.setup import SimOptions
 from servelab.storage import write_atomic
 from servelab.workload.arrivals import ArrivalOptions

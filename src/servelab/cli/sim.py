@@ -65,7 +65,7 @@ def run_cmd(
         parse_metric_percentiles,
         parse_percentile_metrics,
     )
-    from servelab.sim.runner import memory_lines, run_offline, sim_lines
+    from servelab.sim.offline import memory_lines, run_offline, sim_lines
 
     summary_opts = SummaryOptions(
         percentile_metrics=parse_percentile_metrics(percentile_metrics),

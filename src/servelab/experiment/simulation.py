@@ -25,7 +25,7 @@ from servelab.experiment.store import ExperimentStore
 from servelab.metrics.result_file import StoredResult
 from servelab.metrics.scrape import drafted_share, stored_spec_decode
 from servelab.sim.calibrate import FIT_METRICS, MeasuredCell
-from servelab.sim.runner import PreparedWorkload, prepare_workload
+from servelab.sim.offline import PreparedWorkload, prepare_workload
 from servelab.sim.setup import SimOptions
 from servelab.speculation import SpeculativeConfig
 from servelab.workload.arrivals import ArrivalOptions

@@ -32,8 +32,8 @@ from servelab.client.workers import direct_shares, new_event_loop
 from servelab.experiment.simseries import SIM_URL, SimSeriesRecorder
 from servelab.metrics.records import RequestRecord
 from servelab.metrics.scrape import MetricsScraper, ServerSeries, SpecDecodeStats, combine_spec_decode
-from servelab.sim.offline import simulate
-from servelab.sim.setup import SimOptions, build_cluster, offline_requests
+from servelab.sim.offline import offline_requests, simulate
+from servelab.sim.setup import SimOptions, build_cluster
 from servelab.workload.request import RequestSpec
 from servelab.workload.tokenizer import TokenizerHandle
 from servelab.workload.warmup import warmup_requests

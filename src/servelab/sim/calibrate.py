@@ -39,7 +39,7 @@ from servelab.metrics.records import RequestRecord
 from servelab.metrics.result_file import StoredResult, read_results
 from servelab.metrics.summary import SummaryOptions, summarize
 from servelab.sim.cost import Calibration
-from servelab.sim.runner import PreparedWorkload, prepare_workload, simulate_prepared
+from servelab.sim.offline import PreparedWorkload, prepare_workload, simulate_prepared
 from servelab.sim.setup import SimOptions
 from servelab.workload.arrivals import ArrivalOptions
 from servelab.workload.datasets import DatasetOptions

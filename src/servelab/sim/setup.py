@@ -22,9 +22,7 @@ from servelab.sim.cluster import Cluster, NetworkCosts
 from servelab.sim.cost import Calibration, default_calibration
 from servelab.sim.engine import SimEngine, build_engine
 from servelab.sim.kernel_profile import KernelProfile
-from servelab.sim.offline import OfflineRequest
 from servelab.speculation import SpeculativeConfig
-from servelab.workload.request import RequestSpec
 
 ROUTER_HOP_MS = 0.5
 
@@ -79,15 +77,3 @@ def fit_token_ids(ids: Sequence[int], prompt_len: int, index: int) -> tuple[int,
         return tuple(ids[:prompt_len])
     base = -(index + 1) * 1_000_000
     return tuple(ids) + tuple(base - j for j in range(prompt_len - len(ids)))
-
-
-def offline_requests(specs: Sequence[RequestSpec], tokenizer: Any) -> list[OfflineRequest]:
-    """The engines' view of `specs`: token ids from `tokenizer.encode_batch`, fitted to
-    each spec's `prompt_len`; the text is what a routing policy sees."""
-    texts = [s.text for s in specs]
-    encoded = tokenizer.encode_batch(texts) if texts else []
-    return [
-        OfflineRequest(index=s.index, prompt_token_ids=fit_token_ids(ids, s.prompt_len, s.index),
-                       output_len=s.output_len, route_text=text)
-        for s, ids, text in zip(specs, encoded, texts)
-    ]
