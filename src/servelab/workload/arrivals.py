@@ -13,15 +13,27 @@ has them, else the drawn ones.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Literal
+from collections.abc import Sequence
+from typing import Literal, Protocol
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from servelab.errors import ServelabError
 
-if TYPE_CHECKING:
-    from servelab.workload.datasets import Workload
+
+class Schedulable(Protocol):
+    """What `schedule_s` reads of a workload (`datasets.Workload` is one): its requests,
+    their own send times if it carries them, its sessions if it is multi-turn."""
+
+    @property
+    def requests(self) -> Sequence[object]: ...
+
+    @property
+    def arrival_s(self) -> tuple[float, ...] | None: ...
+
+    @property
+    def sessions(self) -> Sequence[object] | None: ...
 
 
 class ArrivalOptions(BaseModel):
@@ -113,7 +125,7 @@ MULTI_TURN_ONLY_BENCH = (
 )
 
 
-def schedule_s(workload: Workload, opts: ArrivalOptions, rng: np.random.Generator, *,
+def schedule_s(workload: Schedulable, opts: ArrivalOptions, rng: np.random.Generator, *,
                sessions: bool = False) -> list[float]:
     """When to send each independently scheduled unit of `workload` (s after the run's start).
 

@@ -22,16 +22,26 @@ import json
 import math
 import struct
 import zlib
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 from servelab.workload.synthetic import RandomShape, random_requests, request_spec
 
 if TYPE_CHECKING:
-    from servelab.workload.datasets import DatasetOptions
     from servelab.workload.request import RequestSpec
     from servelab.workload.tokenizer import TokenizerHandle
+
+
+class ImageOptions(Protocol):
+    """The random-mm flags this module reads (the dataset options carry them): images per
+    request and their spread, the per-modality limit, the (height, width, frames, weight)
+    buckets."""
+
+    random_mm_base_items_per_request: int
+    random_mm_num_mm_items_range_ratio: float
+    random_mm_limit_mm_per_prompt: dict[str, int]
+    random_mm_bucket_config: tuple[tuple[int, int, int, float], ...]
 
 Bucket = tuple[int, int, int, float]  # (height, width, frames, probability)
 DEFAULT_BUCKETS: tuple[Bucket, ...] = ((256, 256, 1, 0.5), (720, 1280, 1, 0.5), (720, 1280, 16, 0.0))
@@ -103,7 +113,7 @@ def check_buckets(buckets: tuple[Bucket, ...], limits: dict[str, int]) -> tuple[
     return tuple((h, w, t, p / total) for h, w, t, p in live)
 
 
-def item_count_range(opts: DatasetOptions, limits: dict[str, int]) -> tuple[int, int]:
+def item_count_range(opts: ImageOptions, limits: dict[str, int]) -> tuple[int, int]:
     """vLLM's [floor(n(1-r)), ceil(n(1+r))], the top capped by the image limit."""
     n, r = opts.random_mm_base_items_per_request, opts.random_mm_num_mm_items_range_ratio
     lo = max(0, math.floor(n * (1 - r)))
@@ -132,7 +142,7 @@ def png_data_url(pixels: np.ndarray) -> str:
 
 
 def random_mm_requests(
-    opts: DatasetOptions, text: RandomShape, tok: TokenizerHandle, rng: np.random.Generator
+    opts: ImageOptions, text: RandomShape, tok: TokenizerHandle, rng: np.random.Generator
 ) -> tuple[list[RequestSpec], list[str]]:
     """The random dataset's prompts (`text`: the same flags) with images attached; and a note."""
     limits = opts.random_mm_limit_mm_per_prompt

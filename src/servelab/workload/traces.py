@@ -29,7 +29,7 @@ import math
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
@@ -38,9 +38,24 @@ from servelab.workload.filelines import csv_rows, int_field, json_lines, require
 from servelab.workload.synthetic import Fitted, TextMaker, request_spec
 
 if TYPE_CHECKING:
-    from servelab.workload.datasets import DatasetOptions
     from servelab.workload.request import RequestSpec
     from servelab.workload.tokenizer import TokenizerHandle
+
+
+class TraceOptions(Protocol):
+    """The timed-trace flags this module reads (the dataset options carry them): how many
+    requests, the trace's time unit and hash-block size, its JSONL column names, the replay
+    speed-up, and chat or completions."""
+
+    num_prompts: int
+    timed_trace_sec_multiplier: float
+    timed_trace_chunk_hash_size: int
+    timed_trace_label_timestamp: str
+    timed_trace_label_input_length: str
+    timed_trace_label_output_length: str
+    timed_trace_label_hash_ids: str
+    trace_speedup: float
+    use_chat: bool
 
 AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 
@@ -71,7 +86,7 @@ def _number(path: Path, lineno: int, key: str, value: object) -> float:
     return float(value)
 
 
-def _jsonl_entries(path: Path, opts: DatasetOptions, limit: int) -> list[TraceEntry]:
+def _jsonl_entries(path: Path, opts: TraceOptions, limit: int) -> list[TraceEntry]:
     ts_key = opts.timed_trace_label_timestamp
     in_key = opts.timed_trace_label_input_length
     out_key = opts.timed_trace_label_output_length
@@ -192,7 +207,7 @@ class PromptBuilder:
 
 
 def read_trace(
-    path: Path, opts: DatasetOptions, tok: TokenizerHandle, rng: np.random.Generator
+    path: Path, opts: TraceOptions, tok: TokenizerHandle, rng: np.random.Generator
 ) -> Trace:
     """The first `opts.num_prompts` requests of the trace at `path` and their send times."""
     require_file(path, "timed_trace")
