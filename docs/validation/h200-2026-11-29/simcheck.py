@@ -28,7 +28,7 @@ import sys
 from pathlib import Path
 
 from servelab.plan import EngineArgs
-from servelab.sim.calibrate import Target, calibrate, simulated_metrics
+from servelab.sim.calibrate import MeasuredCell, calibrate, simulated_metrics
 from servelab.sim.cost import Calibration
 from servelab.sim.offline import prepare_workload
 from servelab.sim.setup import SimOptions
@@ -64,14 +64,14 @@ def options(arm: str, cal: Calibration | None, async_scheduling: bool = True) ->
                       async_scheduling=async_scheduling)
 
 
-def target(cell: dict, prepared: dict, async_scheduling: bool = True) -> Target:
+def target(cell: dict, prepared: dict, async_scheduling: bool = True) -> MeasuredCell:
     key = (cell["workload"], cell["load"])
     if key not in prepared:
         prepared[key] = prepare_workload(cell["dataset"], cell["seed"], ArrivalOptions())
     name = f"{cell['arm']}/{cell['workload']}/{cell['load']}"
     measured = {k: v for k, v in cell["measured"].items() if k in ("output_throughput",
                 "total_token_throughput", "mean_itl_ms", "p99_itl_ms", "mean_ttft_ms")}
-    return Target(name, measured, prepared[key], cell["seed"], cell["concurrency"], cell["num_warmups"],
+    return MeasuredCell(name, measured, prepared[key], cell["seed"], cell["concurrency"], cell["num_warmups"],
                   options(cell["arm"], None, async_scheduling))
 
 

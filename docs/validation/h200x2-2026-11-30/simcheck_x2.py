@@ -56,7 +56,7 @@ from pathlib import Path
 
 from servelab.client.workers import split_cap
 from servelab.metrics.summary import SummaryOptions, summarize
-from servelab.sim.calibrate import FIT_METRICS, Target, simulated_metrics
+from servelab.sim.calibrate import FIT_METRICS, MeasuredCell, simulated_metrics
 from servelab.sim.cost import Calibration
 from servelab.experiment.simulation import _spec, arm_options
 from servelab.sim.offline import PreparedWorkload, prepare_workload, simulate_prepared
@@ -77,7 +77,7 @@ def _load_simcheck():
     return mod
 
 
-def direct_metrics(opts, target: Target, n: int = 2) -> dict[str, float]:
+def direct_metrics(opts, target: MeasuredCell, n: int = 2) -> dict[str, float]:
     """The client's direct split over `n` replicas (see module doc), summarised as
     `simulated_metrics` summarises one simulation."""
     one = replace(opts, replicas=1)
@@ -112,7 +112,7 @@ def check_run(run: Path, arms: tuple[str, ...], cals: dict[str, Calibration | No
         wl = prepared[key]
         base = arm_options(spec, spec.arm(c["arm"]), None, True)
         name = f"{c['arm']}/{c['workload']}/{c['load']}"
-        t = Target(name, {}, wl, c["seed"], c["concurrency"], c["num_warmups"], None)
+        t = MeasuredCell(name, {}, wl, c["seed"], c["concurrency"], c["num_warmups"], None)
         row = {"cell": name, "arm": c["arm"], "workload": c["workload"], "load": c["load"],
                "concurrency": c["concurrency"], "num_prompts": len(wl.requests),
                "deployment": {"tensor_parallel_size": base.engine_args.tensor_parallel_size,
@@ -156,7 +156,7 @@ def one_gpu_reference(simcheck, cals: dict[str, Calibration | None]) -> list[dic
             if c["arm"] != "bf16" or c["load"] == "c1":
                 continue
             wl = prepare_workload(c["dataset"], c["seed"], ArrivalOptions())
-            t = Target("", {}, wl, c["seed"], c["concurrency"], c["num_warmups"], None)
+            t = MeasuredCell("", {}, wl, c["seed"], c["concurrency"], c["num_warmups"], None)
             base = arm_options(spec, spec.arm("bf16"), None, True)
             row = {"cell": f"bf16-1gpu/{c['workload']}/{c['load']}", "arm": "bf16-1gpu",
                    "workload": c["workload"], "load": c["load"], "seed": c["seed"],

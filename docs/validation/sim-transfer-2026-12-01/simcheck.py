@@ -29,7 +29,7 @@ import math
 from pathlib import Path
 
 from servelab.plan import EngineArgs
-from servelab.sim.calibrate import Target, calibrate, evaluate
+from servelab.sim.calibrate import MeasuredCell, calibrate, evaluate
 from servelab.sim.cost import Calibration, default_calibration
 from servelab.sim.offline import prepare_workload
 from servelab.sim.setup import SimOptions
@@ -92,7 +92,7 @@ def stalled(results: Path) -> set[str]:
     return out
 
 
-def targets(results: Path) -> list[tuple[str, Target]]:
+def targets(results: Path) -> list[tuple[str, MeasuredCell]]:
     """(model, target) for every measured cell under `results`."""
     out = []
     stall = stalled(results)
@@ -111,7 +111,7 @@ def targets(results: Path) -> list[tuple[str, Target]]:
             wl = prepare_workload(ds, seed, arr)
             measured = {k: float(r[k]) for k in FIT_KEYS if r.get(k) is not None}
             warm = 8 if cell == "rnd_c1" else 0
-            out.append((mdir.name, Target(f"{mdir.name}/{cell}", measured, wl, seed,
+            out.append((mdir.name, MeasuredCell(f"{mdir.name}/{cell}", measured, wl, seed,
                                           int(r["max_concurrency"]), warm, opts)))
     return out
 
@@ -142,7 +142,7 @@ def main() -> None:
     print(render(rows))
 
 
-def table_rows(results: Path, all_t: list[tuple[str, Target]], base: SimOptions,
+def table_rows(results: Path, all_t: list[tuple[str, MeasuredCell]], base: SimOptions,
                cal: Calibration, label: str) -> list[dict]:
     """One row per cell and metric of `all_t` simulated under `cal` (residual `label`),
     flagged stalled (the first run's stall, not re-measured) or re-measured."""

@@ -112,13 +112,30 @@ class ScheduleSender:
             await before_t0()
         settle_heap()
         t0 = self.clock()
-        for r in records:
-            r.send_s -= t0 - t_warm
-            r.intended_send_s -= t0 - t_warm
-        self.status = SendStatus()
+        self.begin(Ready([], records, t_warm), t0)
         if on_start is not None:
             on_start(t0)
         return records, t0
+
+    async def prepare(self, requests: Sequence[RequestSpec], warm: Sequence[RequestSpec]) -> Ready:
+        """Everything before a t0 someone else picks (a client process, a remote client):
+        open the connections, send the warm-ups `warm`, encode `requests`, settle the heap."""
+        n = len(requests)
+        await self.preopen(min(self.max_concurrency or n, n, PREOPEN_MAX))
+        t_warm = self.clock()
+        records = await self.warmup(warm, t_warm) if warm else []
+        bodies = self.encode(requests)
+        settle_heap()
+        return Ready(bodies, records, t_warm)
+
+    def begin(self, ready: Ready, t0: float) -> list[RequestRecord]:
+        """The run starts at `t0` (on the sender's clock): the warm-up records become
+        relative to it (negative times) and the counters start afresh; the warm-up records."""
+        for r in ready.warm:
+            r.send_s -= t0 - ready.t_warm
+            r.intended_send_s -= t0 - ready.t_warm
+        self.status = SendStatus()
+        return ready.warm
 
     async def single(self, spec: RequestSpec, tag: str = "") -> RequestRecord:
         """Send `spec` now and return its record (times relative to its own send)."""
@@ -304,6 +321,16 @@ def _fail(rec: RequestRecord, kind: str, message: str) -> None:
     rec.error = message or kind
 
 
+@dataclass(slots=True)
+class Ready:
+    """A sender ready for t0 (`ScheduleSender.prepare`): the encoded bodies, the warm-up
+    records (times relative to `t_warm`), and `t_warm` (s, on the sender's clock)."""
+
+    bodies: list[bytes]
+    warm: list[RequestRecord]
+    t_warm: float
+
+
 def settle_heap() -> None:
     """Collect, then freeze what is alive now (the workload, the tokenizer, the encoded
     bodies): just before t0, so that no full collection walks that heap during the run. One
@@ -311,6 +338,12 @@ def settle_heap() -> None:
     from 2 to 52 ms when an unrelated change moved the allocation count)."""
     gc.collect()
     gc.freeze()
+
+
+def release_heap() -> None:
+    """After the run: what `settle_heap` froze goes back to the collector (a long-lived
+    process sends many runs; what died since must still be collectable)."""
+    gc.unfreeze()
 
 
 @dataclass(frozen=True, slots=True)
@@ -348,5 +381,8 @@ async def send_schedule(
         bodies = sender.encode(requests)
         records, t0 = await sender.start(len(requests), warmup_requests(requests, num_warmups),
                                          c.before_t0, c.on_start)
-        records.extend(await sender.run(requests, bodies, intended_s, t0, c.stop))
+        try:
+            records.extend(await sender.run(requests, bodies, intended_s, t0, c.stop))
+        finally:
+            release_heap()
         return records

@@ -22,7 +22,7 @@ import asyncio
 import dataclasses
 from collections.abc import Sequence
 
-from servelab.client.sender import ScheduleSender, SendControls
+from servelab.client.sender import ScheduleSender, SendControls, release_heap
 from servelab.client.target import TargetConfig
 from servelab.metrics.records import RequestRecord
 from servelab.workload.request import ChatMessage, RequestSpec
@@ -135,26 +135,29 @@ async def send_sessions(
         firsts = [requests[s.turns[0].index] for s in sessions]
         records, t0 = await sender.start(len(sessions), warmup_requests(firsts, num_warmups),
                                          controls.before_t0, controls.on_start)
-        cap = asyncio.Semaphore(max_concurrency) if max_concurrency else None
-        run = _SessionRun(sender, requests, t0, cap, stop, sent)
-        sinks: list[list[RequestRecord]] = [[] for _ in sessions]
-        tasks = [asyncio.ensure_future(run.session(s, at, sink))
-                 for s, at, sink in zip(sessions, start_s, sinks)]
-        if stop is None:
-            await asyncio.gather(*tasks)
-        else:
-            stopper = asyncio.ensure_future(stop.wait())
-            all_done = asyncio.ensure_future(asyncio.wait(tasks))
-            await asyncio.wait({all_done, stopper}, return_when=asyncio.FIRST_COMPLETED)
-            stopper.cancel()
-            for t in tasks:
-                if not t.done():
-                    t.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            await all_done
-            for t in tasks:  # a bug in a session's own code, not a request's failure
-                if not t.cancelled() and t.exception() is not None:
-                    raise t.exception()  # type: ignore[misc]
+        try:
+            cap = asyncio.Semaphore(max_concurrency) if max_concurrency else None
+            run = _SessionRun(sender, requests, t0, cap, stop, sent)
+            sinks: list[list[RequestRecord]] = [[] for _ in sessions]
+            tasks = [asyncio.ensure_future(run.session(s, at, sink))
+                     for s, at, sink in zip(sessions, start_s, sinks)]
+            if stop is None:
+                await asyncio.gather(*tasks)
+            else:
+                stopper = asyncio.ensure_future(stop.wait())
+                all_done = asyncio.ensure_future(asyncio.wait(tasks))
+                await asyncio.wait({all_done, stopper}, return_when=asyncio.FIRST_COMPLETED)
+                stopper.cancel()
+                for t in tasks:
+                    if not t.done():
+                        t.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+                await all_done
+                for t in tasks:  # a bug in a session's own code, not a request's failure
+                    if not t.cancelled() and t.exception() is not None:
+                        raise t.exception()  # type: ignore[misc]
+        finally:
+            release_heap()
         for sink in sinks:
             records.extend(sink)
         return records

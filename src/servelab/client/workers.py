@@ -17,12 +17,11 @@ from __future__ import annotations
 import asyncio
 import multiprocessing as mp
 import signal
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 
-from servelab.client.sender import PREOPEN_MAX, ScheduleSender, SendControls, SendStatus, settle_heap
+from servelab.client.sender import ScheduleSender, SendControls, SendStatus, release_heap
 from servelab.client.target import TargetConfig
 from servelab.errors import ServelabError
 from servelab.metrics.records import RequestRecord
@@ -70,6 +69,28 @@ def direct_shares(num_requests: int, max_concurrency: int | None, num_warmups: i
             for k, cap in enumerate(split_cap(max_concurrency, n))]
 
 
+@dataclass(frozen=True, slots=True)
+class SenderShare:
+    """What one of several clients sends: its requests and their intended times (s after
+    the shared t0), its concurrency cap, its warm-ups."""
+
+    requests: list[RequestSpec]
+    intended_s: list[float]
+    max_concurrency: int | None
+    warmups: list[RequestSpec]
+
+
+def split_schedule(requests: Sequence[RequestSpec], intended_s: Sequence[float], clients: int,
+                   max_concurrency: int | None, num_warmups: int) -> list[SenderShare]:
+    """The schedule over `clients` senders (client processes, remote clients): the split
+    of `direct_shares`, with no more senders than the cap has slots."""
+    warm_all = warmup_requests(requests, num_warmups)
+    shares = direct_shares(len(requests), max_concurrency, num_warmups,
+                           min(clients, max_concurrency or clients))
+    return [SenderShare([requests[i] for i in s.requests], [float(intended_s[i]) for i in s.requests],
+                        s.max_concurrency, [warm_all[i] for i in s.warmups]) for s in shares]
+
+
 def _child(
     conn: Connection,
     target: TargetConfig,
@@ -98,20 +119,12 @@ async def _child_run(
     loop = asyncio.get_running_loop()
     try:
         async with ScheduleSender(target, cap) as sender:
-            n = len(requests)
-            await sender.preopen(min(cap or n, n, PREOPEN_MAX))
-            t_warm = time.perf_counter()
-            warm = await sender.warmup(warmups, t_warm) if warmups else []
-            bodies = sender.encode(requests)
-            settle_heap()
+            ready = await sender.prepare(requests, warmups)
             conn.send(("ready", None))
             kind, t0 = await loop.run_in_executor(None, conn.recv)
             if kind != "go":
                 return
-            for r in warm:
-                r.send_s -= t0 - t_warm
-                r.intended_send_s -= t0 - t_warm
-            sender.status = SendStatus()
+            warm = sender.begin(ready, t0)
             stop = asyncio.Event()
 
             async def report() -> None:
@@ -124,7 +137,10 @@ async def _child_run(
                     conn.send(("progress", (s.done, s.failed, s.in_flight, s.output_tokens)))
 
             reporter = asyncio.ensure_future(report())
-            records = await sender.run(requests, bodies, intended_s, t0, stop)
+            try:
+                records = await sender.run(requests, ready.bodies, intended_s, t0, stop)
+            finally:
+                release_heap()
             reporter.cancel()
             conn.send(("records", warm + records))
     except ServelabError as exc:
@@ -147,20 +163,16 @@ async def send_schedule_processes(
     """
     on_progress, stop, clock = controls.on_progress, controls.stop, controls.clock
     on_start, before_t0 = controls.on_start, controls.before_t0
-    n_req = len(requests)
-    n = max(1, min(num_processes, n_req, max_concurrency or num_processes))
-    caps = split_cap(max_concurrency, n)
+    shares = split_schedule(requests, intended_s, num_processes, max_concurrency, num_warmups)
+    n = len(shares)
     ctx = mp.get_context("spawn")
     pipes: list[Connection] = []
     procs = []
-    for p in range(n):
-        mine = range(p, n_req, n)
-        warm = warmup_requests(requests, num_warmups)[p::n]
+    for share in shares:
         parent, child = ctx.Pipe()
         proc = ctx.Process(
             target=_child,
-            args=(child, target, [requests[i] for i in mine], [float(intended_s[i]) for i in mine],
-                  caps[p], warm),
+            args=(child, target, share.requests, share.intended_s, share.max_concurrency, share.warmups),
             daemon=True,
         )
         proc.start()

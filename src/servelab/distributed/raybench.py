@@ -22,14 +22,13 @@ from typing import Any
 
 import numpy as np
 
-from servelab.client.sender import PREOPEN_MAX, ScheduleSender, SendControls, SendStatus, settle_heap
+from servelab.client.sender import Ready, ScheduleSender, SendControls, SendStatus, release_heap
 from servelab.client.target import TargetConfig
-from servelab.client.workers import split_cap
+from servelab.client.workers import SenderShare, split_schedule
 from servelab.distributed.raycluster import connect
 from servelab.errors import ServelabError
 from servelab.metrics.records import RequestRecord
 from servelab.workload.request import RequestSpec
-from servelab.workload.warmup import warmup_requests
 
 START_LEAD_S = 0.5  # wall-clock lead from the driver's "go" to t0: a call to every actor
 POLL_S = 0.25
@@ -59,41 +58,31 @@ class ClientWorker:
     def __init__(self) -> None:
         self.sender: ScheduleSender | None = None
         self.stop = asyncio.Event()
-        self.requests: list[RequestSpec] = []
-        self.intended: list[float] = []
-        self.bodies: list[bytes] = []
-        self.warm: list[RequestRecord] = []
-        self.t_warm = 0.0
+        self.share: SenderShare | None = None
+        self.ready: Ready | None = None
 
-    async def prepare(self, target: TargetConfig, requests: list[RequestSpec], intended_s: list[float],
-                      cap: int | None, warmups: list[RequestSpec]) -> str:
-        """Open connections, send the warm-ups; the node id, once ready."""
+    async def prepare(self, target: TargetConfig, share: SenderShare) -> str:
+        """Open connections, send the warm-ups, encode; the node id, once ready."""
         import ray
 
-        self.sender = ScheduleSender(target, cap)
+        self.sender = ScheduleSender(target, share.max_concurrency)
         await self.sender.__aenter__()
-        n = len(requests)
-        await self.sender.preopen(min(cap or n, n, PREOPEN_MAX))
-        self.t_warm = time.perf_counter()
-        self.warm = await self.sender.warmup(warmups, self.t_warm) if warmups else []
-        self.requests, self.intended = requests, intended_s
-        self.bodies = self.sender.encode(requests)
-        settle_heap()
+        self.share = share
+        self.ready = await self.sender.prepare(share.requests, share.warmups)
         return str(ray.get_runtime_context().get_node_id())
 
     async def go(self, t0_wall_s: float) -> list[RequestRecord]:
         """Send the share at t0 (a wall-clock time), return its records relative to t0."""
-        assert self.sender is not None
+        assert self.sender is not None and self.share is not None and self.ready is not None
         t0 = time.perf_counter() + (t0_wall_s - time.time())
-        for r in self.warm:
-            r.send_s -= t0 - self.t_warm
-            r.intended_send_s -= t0 - self.t_warm
-        self.sender.status = SendStatus()
+        warm = self.sender.begin(self.ready, t0)
         try:
-            records = await self.sender.run(self.requests, self.bodies, self.intended, t0, self.stop)
+            records = await self.sender.run(self.share.requests, self.ready.bodies, self.share.intended_s,
+                                            t0, self.stop)
         finally:
+            release_heap()
             await self.sender.__aexit__(None, None, None)
-        return self.warm + records
+        return warm + records
 
     async def status(self) -> tuple[int, int, int, int]:
         s = self.sender.status if self.sender is not None else SendStatus()
@@ -118,22 +107,16 @@ class RayClients:
         ray = self.ray
         stop = controls.stop or asyncio.Event()
         loop = asyncio.get_running_loop()
-        n_req = len(requests)
-        n = max(1, min(self.workers, n_req, max_concurrency or self.workers))
-        caps = split_cap(max_concurrency, n)
-        warm_all = warmup_requests(requests, num_warmups)
+        shares = split_schedule(requests, intended_s, self.workers, max_concurrency, num_warmups)
         actor = ray.remote(ClientWorker).options(num_cpus=1, scheduling_strategy="SPREAD", max_restarts=0)
-        actors = [actor.remote() for _ in range(n)]
-        shares = [list(range(k, n_req, n)) for k in range(n)]
+        actors = [actor.remote() for _ in shares]
 
         def get(refs: list[Any]) -> list[Any]:
             return ray.get(refs)
 
         try:
             nodes = await loop.run_in_executor(None, get, [
-                a.prepare.remote(target, [requests[i] for i in mine], [float(intended_s[i]) for i in mine],
-                                 caps[k], warm_all[k::n])
-                for k, (a, mine) in enumerate(zip(actors, shares))])
+                a.prepare.remote(target, share) for a, share in zip(actors, shares)])
             if stop.is_set():
                 return []
             if controls.before_t0 is not None:
