@@ -82,6 +82,13 @@ def test_a_steady_server_is_not_flagged_and_closed_loop_is_not_judged_by_rate():
     assert saturation_reason(grow, _result(grow), open_loop=False) is None
 
 
+def test_a_steady_server_slower_than_half_the_window_is_not_flagged():
+    # 20 s of arrivals, every request takes 15 s: completions trail arrivals by 15 s, so the
+    # unshifted second half [10, 20] s would see 50 of 100 completions (a false "fell behind").
+    recs = _records(200, 10.0, lambda t: 15_000.0)
+    assert saturation_reason(recs, _result(recs), open_loop=True) is None
+
+
 def test_many_failures_are_flagged():
     recs = _records(100, 10.0, lambda t: 300.0)
     for r in recs[:10]:

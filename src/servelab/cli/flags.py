@@ -313,7 +313,7 @@ def sampling_flags(func: Callable[..., Any]) -> Callable[..., Any]:
 
 
 # vLLM's flags that take several values after one flag (argparse nargs='+' / '*').
-NARGS_FLAGS = ("--goodput", "--metadata", "--header", "--lora-modules")
+NARGS_FLAGS = ("--goodput", "--metadata", "--header", "--lora-modules", "--slo")
 
 
 def expand_nargs(argv: list[str]) -> list[str]:

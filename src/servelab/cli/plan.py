@@ -6,6 +6,7 @@ import argparse
 import json
 import shlex
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any, NoReturn, Optional
 
 import typer
@@ -13,6 +14,7 @@ from pydantic import ValidationError
 from rich.console import Console
 
 from servelab.cli.output import make_console
+from servelab.cli.plan_search import search_command
 from servelab.errors import ServelabError
 from servelab.hardware.catalog import get_gpu
 from servelab.models import load_model
@@ -148,8 +150,27 @@ def plan_command(
     mbu_flag: bool = typer.Option(False, "--mbu", help="Turn --tpot-ms at --batch/--context into MBU."),
     tpot_ms: Optional[float] = typer.Option(None, "--tpot-ms", help="Measured TPOT for --mbu."),
     json_out: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+    search: bool = typer.Option(False, "--search", help="Capacity search: the deployments that meet --slo at --rate with the fewest GPUs, by simulation (docs/planner.md)."),
+    rate: Optional[float] = typer.Option(None, "--rate", help="--search: requests/s (Poisson)."),
+    slo: Optional[list[str]] = typer.Option(None, "--slo", help="--search: SLOs in ms, ttft:MS tpot:MS e2el:MS."),
+    percentile: float = typer.Option(99.0, "--percentile", help="--search: percentile the SLO is judged at."),
+    max_gpus: Optional[int] = typer.Option(None, "--max-gpus", help="--search: GPU budget."),
+    gpus_per_node: int = typer.Option(8, "--gpus-per-node", help="--search: TP stays within a node of this many GPUs."),
+    axis: Optional[list[str]] = typer.Option(None, "--axis", help="--search: NAME=V1,V2 (repeat) over quantization (bf16,fp8,awq), tensor_parallel_size (1,2,4,8), pipeline_parallel_size (1,2), max_num_seqs / max_num_batched_tokens (default), router_policy (round_robin,least_requests)."),
+    workload: Optional[str] = typer.Option(None, "--workload", help="--search: SPEC.yaml[:NAME], a spec's workload (default ShareGPT)."),
+    num_prompts: Optional[int] = typer.Option(None, "--num-prompts", help="--search: requests per simulation (default: arrivals over three times the longest latency the SLO allows, >= 60 s)."),
+    seed: int = typer.Option(0, "--seed", help="--search: workload and simulator seed."),
+    workers: Optional[int] = typer.Option(None, "--workers", help="--search: simulations at once, in processes (default: the CPUs, at most 8); the outcome does not depend on it."),
+    out: Optional[Path] = typer.Option(None, "--out", help="--search: folder for search.json, search.html, front.png, winner.yaml."),
 ) -> None:
-    """Plan vLLM's memory budget, KV pool, maximum concurrency and decode ceilings (per GPU)."""
+    """Plan vLLM's memory budget, KV pool, maximum concurrency and decode ceilings (per GPU);
+    with --search, find the fewest GPUs that meet an SLO at a rate."""
+    if search:
+        search_command(model=model, gpu=gpu, rate=rate, slo=list(slo or []), percentile=percentile,
+                       max_gpus=max_gpus, gpus_per_node=gpus_per_node, axis=list(axis or []),
+                       workload=workload, num_prompts=num_prompts, seed=seed, workers=workers,
+                       out=out, json_out=json_out)
+        return
     base: dict[str, Any] = {
         "model": model, "gpu": gpu, "quantization": quantization,
         "tensor_parallel_size": tensor_parallel_size, "pipeline_parallel_size": pipeline_parallel_size,

@@ -1,0 +1,1 @@
+"""Fleet-scale planning: the capacity search over deployments (issue 19)."""

@@ -1,0 +1,164 @@
+"""What the capacity search may choose, and what the planner's ceilings rule out unsimulated.
+
+The space: weight formats x TP x PP x vLLM's batch limits (the replica's shape), then
+replicas up to a GPU budget and a router policy. Before anything is simulated, each shape
+is read by the planner at its ideal ceilings (datasheet peaks, no efficiency factor: every
+bound below is one a real or simulated engine cannot beat):
+- memory: the shape must fit (weights, activations, a KV pool for one max-length request);
+- TPOT: a token of one request alone takes at least one batch-1 decode step at zero context,
+  so the percentile TPOT is at least that;
+- TTFT: a request's first token waits at least its own prefill, so the percentile TTFT is at
+  least the prefill time of the percentile prompt;
+- throughput: one replica decodes at most its largest batch (KV pool over the mean context,
+  capped by max_num_seqs) per decode step, so the rate's output tokens need at least that
+  many replicas.
+A shape that breaks the TPOT or TTFT bound is never simulated; the throughput bound is where
+its search over replicas starts.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from servelab.errors import ServelabError
+from servelab.fleet.deployment import DEFAULT_POLICY, Shape
+from servelab.hardware.catalog import GPUSpec
+from servelab.models import load_model
+from servelab.models.geometry import ModelGeometry
+from servelab.plan import plan_memory
+from servelab.plan.roofline import decode_ceiling_tok_s, decode_step, prefill_time_s
+from servelab.routing.policies import POLICY_NAMES
+
+
+@dataclass(frozen=True, slots=True)
+class SearchSpace:
+    """The axes: weight formats (None: bf16 as stored), TP and PP sizes, scheduler limits
+    (None: vLLM's default), router policies; at most `max_gpus` GPUs, TP within a node of
+    `gpus_per_node`."""
+
+    quantizations: tuple[str | None, ...] = (None, "fp8", "awq")
+    tensor_parallel_sizes: tuple[int, ...] = (1, 2, 4, 8)
+    pipeline_parallel_sizes: tuple[int, ...] = (1, 2)
+    max_num_seqs: tuple[int | None, ...] = (None,)
+    max_num_batched_tokens: tuple[int | None, ...] = (None,)
+    router_policies: tuple[str, ...] = (DEFAULT_POLICY, "least_requests")
+    max_gpus: int = 8
+    gpus_per_node: int = 8
+
+    def __post_init__(self) -> None:
+        if self.max_gpus < 1:
+            raise ServelabError(f"--max-gpus {self.max_gpus}: must be >= 1")
+        for p in self.router_policies:
+            if p not in POLICY_NAMES:
+                raise ServelabError(f"--router-policies: unknown policy {p!r} "
+                                    f"(one of {', '.join(POLICY_NAMES)})")
+        if not self.router_policies or not self.quantizations:
+            raise ServelabError("the search needs at least one weight format and one router policy")
+
+    @property
+    def default_policy(self) -> str:
+        return self.router_policies[0]
+
+    def shapes(self) -> list[Shape]:
+        """Every replica shape with vLLM's default limits that fits the GPU budget and a node."""
+        return [Shape(q, tp, pp)
+                for q in self.quantizations for tp in self.tensor_parallel_sizes
+                for pp in self.pipeline_parallel_sizes
+                if tp <= self.gpus_per_node and tp * pp <= self.max_gpus]
+
+    def knob_variants(self, shape: Shape) -> list[Shape]:
+        """`shape` with every other combination of the scheduler limits."""
+        return [shape.with_knobs(s, t) for s in self.max_num_seqs for t in self.max_num_batched_tokens
+                if (s, t) != (shape.max_num_seqs, shape.max_num_batched_tokens)]
+
+    def max_replicas(self, shape: Shape) -> int:
+        return self.max_gpus // shape.gpus
+
+    @property
+    def grid_size(self) -> int:
+        """Deployments a brute-force grid would simulate (every shape, limits, replica count
+        and, above one replica, policy; before any planner check)."""
+        knobs = len(self.max_num_seqs) * len(self.max_num_batched_tokens)
+        total = 0
+        for s in self.shapes():
+            r = self.max_replicas(s)
+            total += knobs * (1 + max(0, r - 1) * len(self.router_policies))
+        return total
+
+
+@dataclass(frozen=True, slots=True)
+class Traffic:
+    """The figures of the workload the ceilings need: rate (req/s), mean prompt and output
+    tokens, and the prompt length at the SLO's percentile."""
+
+    rate_rps: float
+    mean_prompt_tokens: float
+    mean_output_tokens: float
+    percentile_prompt_tokens: int
+
+    @classmethod
+    def of(cls, rate_rps: float, prompt_lens: Sequence[int], output_lens: Sequence[int],
+           percentile: float) -> Traffic:
+        if not prompt_lens:
+            raise ServelabError("the workload has no requests")
+        ordered = sorted(prompt_lens)
+        k = min(len(ordered) - 1, max(0, math.ceil(percentile / 100 * len(ordered)) - 1))
+        return cls(rate_rps, sum(prompt_lens) / len(prompt_lens),
+                   sum(output_lens) / len(output_lens), ordered[k])
+
+
+@dataclass(frozen=True, slots=True)
+class Ceilings:
+    """A shape's planner reading: `runs` False when vLLM could not serve it at all (it does
+    not fit, heads or layers do not split); `reason` None when it may meet the SLO (then
+    `min_replicas` is where the search starts); the bounds in ms and tok/s."""
+
+    shape: Shape
+    runs: bool
+    reason: str | None
+    min_tpot_ms: float
+    min_ttft_ms: float
+    replica_tok_s: float
+    min_replicas: int
+
+
+def read_ceilings(model_name: str, gpu: GPUSpec, shape: Shape, traffic: Traffic,
+                  slo_ms: dict[str, float], max_replicas: int) -> Ceilings:
+    """The module docstring's bounds for `shape` at `traffic` under `slo_ms` (ttft, tpot)."""
+    model = load_model(model_name, shape.quantization)
+    args = shape.engine_args()
+    if model.heads % shape.tensor_parallel_size:
+        return Ceilings(shape, False, f"{model.heads} attention heads do not split over TP "
+                        f"{shape.tensor_parallel_size}", math.inf, math.inf, 0.0, 0)
+    if shape.pipeline_parallel_size > model.layers:
+        return Ceilings(shape, False, f"PP {shape.pipeline_parallel_size} exceeds {model.layers} layers",
+                        math.inf, math.inf, 0.0, 0)
+    mem = plan_memory(model, gpu, args)
+    if not mem.fits:
+        return Ceilings(shape, False, f"does not fit: {mem.reason}", math.inf, math.inf, 0.0, 0)
+    tpot = 1e3 / decode_ceiling_tok_s(model, gpu, args, 0)
+    ttft = prefill_time_s(model, gpu, args, traffic.percentile_prompt_tokens) * 1e3
+    tok_s = _replica_tok_s(model, gpu, shape, mem.kv_cache_tokens, mem.max_num_seqs, traffic)
+    need = traffic.rate_rps * traffic.mean_output_tokens
+    lo = max(1, math.ceil(need / tok_s)) if tok_s > 0 else max_replicas + 1
+    reason = None
+    if "tpot" in slo_ms and tpot > slo_ms["tpot"]:
+        reason = f"TPOT floor {tpot:.1f} ms (one request, batch 1) > SLO {slo_ms['tpot']:g} ms"
+    elif "ttft" in slo_ms and ttft > slo_ms["ttft"]:
+        reason = (f"TTFT floor {ttft:.1f} ms (prefill of the {traffic.percentile_prompt_tokens}-token "
+                  f"percentile prompt) > SLO {slo_ms['ttft']:g} ms")
+    elif lo > max_replicas:
+        reason = (f"needs >= {lo} replicas for {need:,.0f} output tok/s ({tok_s:,.0f} per replica "
+                  f"at most), {max_replicas} fit the GPU budget")
+    return Ceilings(shape, True, reason, tpot, ttft, tok_s, lo)
+
+
+def _replica_tok_s(model: ModelGeometry, gpu: GPUSpec, shape: Shape, kv_tokens: int,
+                   max_num_seqs: int, traffic: Traffic) -> float:
+    context = traffic.mean_prompt_tokens + traffic.mean_output_tokens / 2
+    batch = max(1, min(max_num_seqs, int(kv_tokens // max(1.0, context))))
+    step = decode_step(model, gpu, shape.engine_args(), batch, int(context))
+    # PP keeps pp micro-batches in flight: a stage's time per token batch, not the pass's.
+    return batch / max(step.total_s, 1e-12)
