@@ -1,0 +1,36 @@
+"""Drop the per-request lists from this run's cells before committing them, as
+../spec-decode-2026-12-01 did (the check reads none of them: it re-simulates each cell from
+its seed and reads the acceptance from the server series). Each file's `stripped` names
+what went; every file still loads as a cell record.
+
+    PYTHONPATH=/tmp/wt-k4/src .venv/bin/python docs/validation/spec-crossover-2026-12-02/strip.py
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from servelab.experiment.cellrecord import CellRecord
+from servelab.storage import write_json_atomic
+
+HERE = Path(__file__).resolve().parent
+DROP = ("generated_texts", "itls", "start_times", "input_lens", "output_lens", "errors")
+DROP_SERVELAB = ("sched_lags_ms", "slot_waits_ms", "error_kinds")
+
+
+def main() -> None:
+    for path in sorted((HERE / "results" / "exp" / "cells").rglob("*.json")):
+        data = json.loads(path.read_text())
+        gone = [k for k in DROP if data["result"].pop(k, None) is not None]
+        extra = data["result"].get("servelab", {})
+        gone += [f"servelab.{k}" for k in DROP_SERVELAB if extra.pop(k, None) is not None]
+        if not gone:
+            continue
+        data["stripped"] = sorted(set(data.get("stripped", [])) | set(gone))
+        CellRecord.parse(data, str(path))
+        write_json_atomic(path, data)
+
+
+if __name__ == "__main__":
+    main()
