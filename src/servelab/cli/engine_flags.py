@@ -24,6 +24,7 @@ import typer
 from pydantic import ValidationError
 
 from servelab.cli.flags import extend_signature
+from servelab.disaggregation import DisaggregatedConfig
 from servelab.errors import ServelabError
 from servelab.hardware.catalog import node_layout
 from servelab.plan.args import VLLM_DEFAULT_GPU_MEMORY_UTILIZATION
@@ -58,6 +59,7 @@ class EngineFlags:
     spec_acceptance: str | None = None  # per-position acceptance, "0.8,0.7,..."
     gpus_per_node: int | None = None  # None: a replica's GPUs share one node
     node_link: str = "infiniband"
+    disaggregated: str | None = None  # prefill/decode pools, JSON
 
     def options(self) -> SimOptions:
         """Validate into `SimOptions` (ServelabError names a bad flag)."""
@@ -75,7 +77,7 @@ def engine_options(*, model: str, gpu: str, quantization: str | None, max_num_se
                    async_scheduling: bool = True, profile: Path | None = None,
                    speculative_config: str | None = None,
                    spec_acceptance: str | None = None, gpus_per_node: int | None = None,
-                   node_link: str = "infiniband") -> SimOptions:
+                   node_link: str = "infiniband", disaggregated: str | None = None) -> SimOptions:
     """Validate the engine flags into `SimOptions` (ServelabError names a bad flag)."""
     from servelab.plan import EngineArgs
 
@@ -111,10 +113,28 @@ def engine_options(*, model: str, gpu: str, quantization: str | None, max_num_se
     if gpus_per_node is not None and gpus_per_node < 1:
         raise ServelabError(f"--gpus-per-node {gpus_per_node}: must be >= 1")
     nodes = node_layout(gpus_per_node, node_link) if gpus_per_node is not None else None
+    pd = disaggregated_options(disaggregated)
+    if pd is not None and (replicas != 1 or tensor_parallel_size != 1 or pipeline_parallel_size != 1
+                           or speculative is not None):
+        raise ServelabError("--disaggregated sets replicas and TP per pool: leave --replicas, "
+                            "--tensor-parallel-size and --pipeline-parallel-size at 1, without "
+                            "--speculative-config")
     return SimOptions(model=model, gpu=gpu, quantization=quantization, engine_args=args,
                       replicas=replicas, router_policy=router_policy, calibration=cal,
                       async_scheduling=async_scheduling, profile=prof, speculative=speculative,
-                      nodes=nodes)
+                      nodes=nodes, disaggregated=pd)
+
+
+def disaggregated_options(config_json: str | None) -> DisaggregatedConfig | None:
+    """--disaggregated JSON into the pools' record (ServelabError names the key)."""
+    if config_json is None:
+        return None
+    try:
+        return DisaggregatedConfig.model_validate_json(config_json)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"])
+        raise ServelabError(f"--disaggregated: {where + ': ' if where else ''}{err['msg']}") from None
 
 
 def speculative_options(config_json: str | None, acceptance: str | None) -> SpeculativeConfig | None:
@@ -196,9 +216,13 @@ _FLAGS = (
           "GPUs per node: a replica wider than a node crosses --node-link (default: one node)."),
     _Flag("node_link", str, "infiniband", ("--node-link",),
           "Fabric between nodes: infiniband, roce or ethernet (with --gpus-per-node)."),
+    _Flag("disaggregated", Optional[str], None, ("--disaggregated",),
+          "Prefill/decode disaggregation as JSON, e.g. '{{\"prefill\": {{\"replicas\": 1, \"tp\": 1}}, "
+          "\"decode\": {{\"replicas\": 3, \"tp\": 1}}, \"link\": \"nvlink\"}}' (link: nvlink, pcie, "
+          "infiniband, roce, ethernet; \"layerwise\": true overlaps the KV transfer with the prefill)."),
 )
 ENGINE_FLAG_NAMES = tuple(f.name for f in _FLAGS)
-_FLEET = ("replicas", "router_policy")
+_FLEET = ("replicas", "router_policy", "disaggregated")
 
 
 def sim_engine_flags(*, raw: bool = False, required: bool = True, fleet: bool = False,

@@ -145,13 +145,18 @@ def _offline(spec: ExperimentSpec, arm: ArmSpec) -> ArmRun:
                       quantization=arm.quantization, engine_args=args, replicas=arm.replicas,
                       router_policy="round_robin" if arm.routing == DIRECT else arm.routing,
                       calibration=calibration, profile=profile, speculative=arm.speculative,
-                      async_scheduling=args.async_scheduling, nodes=node_layout_of(spec))
+                      async_scheduling=args.async_scheduling, nodes=node_layout_of(spec),
+                      disaggregated=arm.disaggregated)
     # The engine the cells will build, built once here so a config that cannot start
     # (KV pool smaller than one request) fails the arm the way vLLM would.
     engine = build_engine(opts.model, opts.gpu, opts.quantization, args, opts.resolved_calibration,
                           opts.async_scheduling, opts.profile, opts.speculative, layout=opts.nodes)
     startup = startup_from_plan(engine.memory)
-    return ArmRun(OfflineSimTarget(opts, direct=arm.routing == DIRECT), [startup] * arm.replicas, None)
+    pd = arm.disaggregated
+    replicas = arm.replicas if pd is None else pd.prefill.replicas + pd.decode.replicas
+    # a disaggregated arm's proxy routes in each pool; the client never splits it
+    direct = arm.routing == DIRECT and pd is None
+    return ArmRun(OfflineSimTarget(opts, direct=direct), [startup] * replicas, None)
 
 
 def _http(spec: ExperimentSpec, arm: ArmSpec, engine: RunningEngine, log_dir: Path) -> ArmRun:

@@ -71,7 +71,8 @@ def arm_options(spec: ExperimentSpec, arm: ArmSpec, override: tuple[str, str | N
                       # (`MeasuredCell.direct`); the policy is then unused.
                       router_policy="round_robin" if arm.routing == DIRECT else arm.routing,
                       async_scheduling=async_scheduling and args.async_scheduling,
-                      speculative=arm.speculative, nodes=node_layout_of(spec))
+                      speculative=arm.speculative, nodes=node_layout_of(spec),
+                      disaggregated=arm.disaggregated)
 
 
 def measured_speculation(spec: SpeculativeConfig, result: StoredResult,

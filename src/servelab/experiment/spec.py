@@ -16,6 +16,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from servelab.client.backends import SamplingParams
+from servelab.disaggregation import DisaggregatedConfig
 from servelab.speculation import SpeculativeConfig
 from servelab.workload.datasets import DatasetOptions
 
@@ -89,7 +90,8 @@ class ArmSpec(_Section):
     flag names without dashes, snake_case or kebab-case (``max_num_seqs: 8``); ``true``
     gives a bare flag, ``false`` its ``--no-`` form, a list repeats the values.
     `speculative` is speculative decoding (vLLM's `--speculative-config` keys; SGLang's
-    `--speculative-*` flags)."""
+    `--speculative-*` flags). `disaggregated` splits the arm into a prefill and a decode
+    pool with the KV moved between them (`servelab.disaggregation`; engine sim)."""
 
     name: str
     model: str | None = None
@@ -105,6 +107,7 @@ class ArmSpec(_Section):
     env: dict[str, str] = {}
     urls: list[str] | None = None
     speculative: SpeculativeConfig | None = None
+    disaggregated: DisaggregatedConfig | None = None
 
     @field_validator("name")
     @classmethod

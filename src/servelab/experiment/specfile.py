@@ -129,6 +129,16 @@ def _arm(spec: ExperimentSpec, i: int) -> Iterator[Problem]:
     if arm.routing != DIRECT and arm.routing not in POLICY_NAMES:
         yield ("arms", i, "routing"), (f"{arm.routing!r}: use direct or a router policy: "
                                        f"{', '.join(POLICY_NAMES)}")
+    if arm.disaggregated is not None:
+        if spec.engine != "sim":
+            yield ("arms", i, "disaggregated"), (
+                f"disaggregated arms run on the simulator (engine sim), not {spec.engine}: "
+                "servelab does not launch vLLM's prefill/decode connector yet")
+        if arm.replicas != 1 or arm.tensor_parallel_size != 1 or arm.pipeline_parallel_size != 1:
+            yield ("arms", i, "disaggregated"), ("set replicas and TP in disaggregated.prefill and "
+                                                 ".decode; the arm's replicas, TP and PP stay 1")
+        if arm.speculative is not None:
+            yield ("arms", i, "disaggregated"), "speculative decoding is not simulated with disaggregation"
     if spec.engine == "external":
         if not arm_urls(spec, arm):
             yield ("arms", i), "engine external needs urls (the arm's or engine_defaults.urls)"

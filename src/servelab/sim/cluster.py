@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from servelab.disaggregation import KvTransfer
 from servelab.routing.records import ReplicaView, RouteRequest, RoutingPolicy
 from servelab.sim.engine import SimEngine
 
@@ -49,25 +50,46 @@ class NetworkCosts:
     frontend_handoff_us: float = 0.0
 
 
+@dataclass(slots=True)
+class DecodePool:
+    """Prefill/decode disaggregation (`servelab.disaggregation`): the decode replicas, the
+    policy that picks one for a prefilled request, and the KV transfer to them."""
+
+    engines: list[SimEngine]
+    policy: RoutingPolicy | None
+    transfer: KvTransfer
+
+
 class Cluster:
-    """Replicas, their in-flight counts and the routing policy."""
+    """Replicas, their in-flight counts and the routing policy. With a `decode` pool the
+    replicas given are the prefill pool: `engines` lists prefill replicas first, then the
+    decode pool's (`num_prefill` of them prefill), and every request goes through both."""
 
     def __init__(self, engines: Sequence[SimEngine], policy: RoutingPolicy | None,
-                 network: NetworkCosts) -> None:
+                 network: NetworkCosts, decode: DecodePool | None = None) -> None:
         if not engines:
             raise ValueError("a cluster needs at least one replica")
         if len(engines) > 1 and policy is None:
             raise ValueError("several replicas need a routing policy")
-        self.engines = list(engines)
+        if decode is not None and (not decode.engines or
+                                   (len(decode.engines) > 1 and decode.policy is None)):
+            raise ValueError("a decode pool needs at least one replica, and a policy for several")
+        self.num_prefill = len(engines)
+        self.decode = decode
+        self.engines = list(engines) + (decode.engines if decode is not None else [])
         self.policy = policy
         self.network = network
-        self.in_flight = [0] * len(engines)
-        self.routed = [0] * len(engines)
+        self.in_flight = [0] * len(self.engines)
+        self.routed = [0] * len(self.engines)
+
+    def is_prefill(self, index: int) -> bool:
+        """True for a prefill replica of a disaggregated cluster."""
+        return self.decode is not None and index < self.num_prefill
 
     @property
     def ingress_s(self) -> float:
         """Seconds from the client's send to the replica's queue."""
-        hop = self.network.router_hop_ms if len(self.engines) > 1 else 0.0
+        hop = self.network.router_hop_ms if len(self.engines) > 1 else 0.0  # a P/D proxy too
         return (self.network.request_overhead_ms + hop) / 1e3
 
     def frontend_s(self, prompt_tokens: int) -> float:
@@ -96,17 +118,27 @@ class Cluster:
         return self.network.frontend_us_per_chunk * 1e-6
 
     def route(self, req: RouteRequest, now_s: float) -> int:
-        """The replica index for `req` (counted in flight until `finished`)."""
-        if self.policy is None:
-            index = 0
+        """The replica index for `req` (counted in flight until `finished`); with a decode
+        pool, a prefill replica."""
+        return self._choose(self.policy, 0, self.num_prefill, req, now_s)
+
+    def route_decode(self, req: RouteRequest, now_s: float) -> int:
+        """The decode replica (its index in `engines`) for a prefilled request."""
+        assert self.decode is not None
+        return self._choose(self.decode.policy, self.num_prefill, len(self.engines), req, now_s)
+
+    def _choose(self, policy: RoutingPolicy | None, lo: int, hi: int, req: RouteRequest,
+                now_s: float) -> int:
+        if policy is None or hi - lo == 1:
+            index = lo
         else:
             views = [
-                ReplicaView(index=i, healthy=True, in_flight=self.in_flight[i],
+                ReplicaView(index=i - lo, healthy=True, in_flight=self.in_flight[i],
                             running=len(e.scheduler.running), waiting=len(e.scheduler.waiting),
                             kv_usage_frac=e.pool.usage_frac, telemetry_age_s=0.0)
-                for i, e in enumerate(self.engines)
+                for i, e in enumerate(self.engines[lo:hi], start=lo)
             ]
-            index = self.policy.choose(req, views, now_s).index
+            index = lo + policy.choose(req, views, now_s).index
         self.in_flight[index] += 1
         self.routed[index] += 1
         return index
@@ -114,5 +146,9 @@ class Cluster:
     def finished(self, index: int, req: RouteRequest, ttft_ms: float | None,
                  mean_itl_ms: float | None, ok: bool, now_s: float) -> None:
         self.in_flight[index] -= 1
-        if self.policy is not None:
+        if self.decode is not None and index >= self.num_prefill:
+            if self.decode.policy is not None:
+                self.decode.policy.on_finished(index - self.num_prefill, req, ttft_ms,
+                                               mean_itl_ms, ok, now_s)
+        elif self.policy is not None:
             self.policy.on_finished(index, req, ttft_ms, mean_itl_ms, ok, now_s)

@@ -167,8 +167,11 @@ class SimEngine:
         self.add(req.request_id, req.prompt_token_ids, req.max_tokens, req.arrival_s)
 
     def add(self, request_id: str, prompt_token_ids: tuple[int, ...] | list[int],
-            max_tokens: int, arrival_s: float, tag: object = None) -> SchedRequest:
-        """`add_request` for drivers that keep a handle (`tag` is theirs to read back)."""
+            max_tokens: int, arrival_s: float, tag: object = None,
+            preloaded_tokens: int = 0) -> SchedRequest:
+        """`add_request` for drivers that keep a handle (`tag` is theirs to read back);
+        `preloaded_tokens` of the prompt have their KV already (moved in from a prefill
+        replica: the engine allocates their blocks and does not compute them)."""
         n = len(prompt_token_ids)
         limit = self.config.max_model_len
         if n + max_tokens > limit or n >= limit:
@@ -180,6 +183,7 @@ class SimEngine:
         hashes = (prompt_block_hashes(prompt_token_ids, self.config.block_size)
                   if self.config.enable_prefix_caching else [])
         sreq = SchedRequest(request_id, n, max_tokens, arrival_s, hashes, tag)
+        sreq.preloaded = min(max(0, preloaded_tokens), n - 1)
         self._live[request_id] = sreq
         if self.config.async_scheduling:
             self._inbox.append(sreq)

@@ -22,9 +22,16 @@ output collector does. Under load the API server, not the GPU, can delay first t
 space the later ones. Warm-ups (copies of the first requests) run first, capped alike, and
 their records carry negative times as the client's do.
 
+With a decode pool (`Cluster.decode`, prefill/decode disaggregation) a request enters a
+prefill replica with max_tokens 1; when that replica is done with it (its one token is the
+proxy's, not the client's), its KV crosses the link (`KvTransfer`) and a decode replica
+takes it with the prompt computed but for the last token; the client's tokens are the
+decode replica's.
+
 The discrete-event core is `_run`: a heap of (time, seq, kind, arg): a request falls due,
 reaches a replica, leaves the tokenizer, enters the engine; a replica's step ends; an idle
-replica is kicked; a replica's event loop finishes a piece of work. A replica starts a step
+replica is kicked; a replica's event loop finishes a piece of work; a prefilled request's KV
+reaches the decode pool. A replica starts a step
 when its previous step ends and it has work, or, when a request reaches it idle, after all
 other events of that instant (so requests arriving together share the first step, as they
 do when the online server's loop wakes).
@@ -51,14 +58,14 @@ from servelab.routing.records import RouteRequest
 from servelab.sim.cluster import Cluster
 from servelab.sim.engine import RequestRejected, SimEngine
 from servelab.sim.scheduler import ScheduledStep
-from servelab.sim.setup import SimOptions, build_cluster, fit_token_ids
+from servelab.sim.setup import SimOptions, build_cluster, fit_token_ids, kv_transfer
 from servelab.sim.speculative import SpecCounters
 from servelab.workload.arrivals import ArrivalOptions, schedule_s
 from servelab.workload.datasets import DatasetOptions, build_workload
 from servelab.workload.request import RequestSpec
 from servelab.workload.tokenizer import load_tokenizer
 
-_STEP_DONE, _REACH, _DUE, _KICK, _ADMIT, _LOOP, _TOKENIZED = 0, 1, 2, 3, 4, 5, 6
+_STEP_DONE, _REACH, _DUE, _KICK, _ADMIT, _LOOP, _TOKENIZED, _TRANSFERRED = 0, 1, 2, 3, 4, 5, 6, 7
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,12 +137,13 @@ def _spec_delta(before: list[SpecCounters] | None,
 
 
 class _Flight:
-    __slots__ = ("rec", "route", "replica", "times", "chunks", "engine_done")
+    __slots__ = ("rec", "route", "replica", "times", "chunks", "engine_done", "admitted_s")
 
     def __init__(self, rec: RequestRecord, route: RouteRequest) -> None:
         self.rec = rec
         self.route = route
         self.replica = -1
+        self.admitted_s = 0.0  # when its (prefill) engine took it
         self.times: list[float] = []
         self.chunks = 0  # SSE chunks that carried tokens (several tokens with speculation)
         self.engine_done = False  # the engine finished it; its last chunk may still wait
@@ -190,6 +198,8 @@ def _run(cluster: Cluster, requests: Sequence[OfflineRequest], intended_s: Seque
              if (tok_cost or chunk_cost or req_cost or handoff_cost) else [])
     t_last = t0
     steps = 0
+    prefill_role = [cluster.is_prefill(k) for k in range(len(engines))]
+    transfer = cluster.decode.transfer if cluster.decode is not None else None
 
     def send(i: int, now: float, wait_ms: float) -> None:
         nonlocal seq
@@ -237,6 +247,16 @@ def _run(cluster: Cluster, requests: Sequence[OfflineRequest], intended_s: Seque
         else:
             free_slots += 1
 
+    def hand_off(i: int, k: int, now: float) -> None:
+        """Prefill replica k finished request i: its KV starts for the decode pool."""
+        nonlocal seq
+        fl = flights[i]
+        assert fl is not None and transfer is not None
+        cluster.finished(k, fl.route, None, None, True, now)
+        moved = transfer.seconds(len(requests[i].prompt_token_ids), now - fl.admitted_s)
+        heapq.heappush(heap, (now + moved, seq, _TRANSFERRED, i))
+        seq += 1
+
     def tokenize(i: int, k: int, now: float) -> None:
         """Request i queues for replica k's tokenizer worker, then enters the engine."""
         nonlocal seq
@@ -275,6 +295,12 @@ def _run(cluster: Cluster, requests: Sequence[OfflineRequest], intended_s: Seque
         lp = loops[k]
         if lp.current == _OUTPUTS:
             emitted, done = lp.item
+            if prefill_role[k]:
+                # the proxy keeps a prefill replica's one token; the KV moves on
+                for r in done:
+                    hand_off(r.tag, k, now)
+                loop_next(k, now)
+                return
             for r in emitted:
                 if r.tag in lp.waiting:
                     lp.waiting[r.tag] += r.num_new_output
@@ -313,6 +339,9 @@ def _run(cluster: Cluster, requests: Sequence[OfflineRequest], intended_s: Seque
                 loops[arg].steps.append((emitted, done))
                 if not loops[arg].busy:
                     loop_next(arg, now)
+            elif prefill_role[arg]:
+                for r in done:
+                    hand_off(r.tag, arg, now)  # type: ignore[arg-type]
             else:
                 for r in emitted:
                     _arrive(flights[r.tag], now, r.num_new_output)  # type: ignore[arg-type, index]
@@ -345,9 +374,10 @@ def _run(cluster: Cluster, requests: Sequence[OfflineRequest], intended_s: Seque
                     tokenize(arg, k, now)
                     continue
             k = fl.replica
+            fl.admitted_s = now
             try:
-                engines[k].add(f"{id(fl)}-{req.index}", req.prompt_token_ids, req.output_len,
-                               now, tag=arg)
+                engines[k].add(f"{id(fl)}-{req.index}", req.prompt_token_ids,
+                               1 if prefill_role[k] else req.output_len, now, tag=arg)
             except RequestRejected as exc:
                 complete(arg, now, str(exc))
                 t_last = max(t_last, now)
@@ -356,6 +386,20 @@ def _run(cluster: Cluster, requests: Sequence[OfflineRequest], intended_s: Seque
                 # Start after every other event of this instant (same-time arrivals batch).
                 busy[k] = True
                 heapq.heappush(heap, (now, seq, _KICK, k))
+                seq += 1
+        elif kind == _TRANSFERRED:
+            # the KV is at the decode pool: a decode replica takes the request, its prompt
+            # computed but for the last token
+            fl = flights[arg]
+            assert fl is not None
+            req = requests[arg]
+            d = cluster.route_decode(fl.route, now)
+            fl.replica = d
+            engines[d].add(f"{id(fl)}-{req.index}", req.prompt_token_ids, req.output_len, now,
+                           tag=arg, preloaded_tokens=len(req.prompt_token_ids) - 1)
+            if not busy[d]:
+                busy[d] = True
+                heapq.heappush(heap, (now, seq, _KICK, d))
                 seq += 1
         elif kind == _KICK:
             start_step(arg, now)
@@ -513,6 +557,21 @@ def memory_lines(memory: Any, max_model_len: int, replicas: int) -> list[str]:
         f"Maximum concurrency for {max_model_len:,} tokens per request: "
         f"{memory.max_concurrency:.2f}x",
     ]
+
+
+def disaggregation_lines(opts: SimOptions, mean_prompt_tokens: float) -> list[str]:
+    """A disaggregated deployment's pools and KV link, and the mean prompt's transfer."""
+    pd = opts.disaggregated
+    if pd is None:
+        return []
+    tr = kv_transfer(opts.model, opts.quantization, opts.gpu, opts.engine_args, pd)
+    ms = tr.seconds(round(mean_prompt_tokens)) * 1e3
+    return [f"disaggregated: {pd.describe()} ({pd.gpus} GPUs; the memory budget above is the "
+            "prefill pool's replica)",
+            f"KV link: {tr.link.name} {tr.link.bandwidth_gbs:g} GB/s one way per GPU x {tr.ranks} "
+            f"rank(s) ({tr.link.source}); {tr.kv_bytes_per_token:,} B of KV per token: the mean "
+            f"prompt ({mean_prompt_tokens:,.0f} tokens) moves in {ms:.2f} ms"
+            + (" before any overlap" if tr.layerwise else "")]
 
 
 def sim_lines(num_steps: int, preemptions: int, duration_s: float, cost_source: str) -> list[str]:

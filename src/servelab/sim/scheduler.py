@@ -8,7 +8,8 @@ One step (`Scheduler.schedule`), as vLLM V1's `Scheduler.schedule()` does it:
    tokens forgotten, it goes back to the *front* of the waiting queue), repeatedly, until
    it fits or it preempted itself;
 2. only if nothing was preempted in this step: waiting requests FCFS while budget and
-   `max_num_seqs` allow; a prefix-cache hit skips its full blocks; the prompt is chunked to
+   `max_num_seqs` allow; a prefix-cache hit skips its full blocks (a request whose prompt KV
+   was transferred in, `preloaded`, skips those tokens the same way); the prompt is chunked to
    the remaining budget; a request whose blocks cannot be allocated stops admission
    (head-of-line blocking, as vLLM).
 After the step (`Scheduler.finish_step`), every request whose known tokens are all computed
@@ -38,6 +39,7 @@ class SchedRequest:
         "request_id", "prompt_len", "max_tokens", "arrival_s", "hashes",
         "num_output", "num_computed", "blocks", "num_registered", "finished", "tag",
         "num_preemptions", "num_draft", "sched_draft", "accepted", "num_new_output", "proposals",
+        "preloaded",
     )
 
     def __init__(self, request_id: str, prompt_len: int, max_tokens: int, arrival_s: float,
@@ -59,6 +61,7 @@ class SchedRequest:
         self.accepted = 0               # of those, accepted by the verification
         self.num_new_output = 0         # tokens emitted by the last step
         self.proposals = 0              # times the proposer was asked for its next draft
+        self.preloaded = 0              # prompt tokens whose KV arrives from elsewhere (P/D)
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +157,7 @@ class Scheduler:
             self._release(victim)
             victim.num_computed = 0
             victim.num_draft = 0
+            victim.preloaded = 0  # its transferred KV is gone: recomputed here
             victim.num_preemptions += 1
             self.waiting.appendleft(victim)
             if victim is req:
@@ -221,20 +225,27 @@ class Scheduler:
         while waiting and budget > 0 and len(running) < lim.max_num_seqs:
             req = waiting[0]
             num_tokens = req.prompt_len + req.num_output
-            hit = pool.lookup(req.hashes, (num_tokens - 1) // bs) if pool.enable_caching else []
-            n = num_tokens - len(hit) * bs
+            if req.preloaded:
+                # KV moved in from a prefill replica: computed, but its blocks are new here
+                hit, base = [], req.preloaded
+            else:
+                hit = pool.lookup(req.hashes, (num_tokens - 1) // bs) if pool.enable_caching else []
+                base = len(hit) * bs
+            n = num_tokens - base
             if n > budget:
                 if not lim.enable_chunked_prefill:
                     break
                 n = budget
+            req.num_computed = base - len(hit) * bs  # what _allocate counts besides the hit
             if not self._allocate(req, n, hit):
+                req.num_computed = 0
                 break
             waiting.popleft()
             running.append(req)
-            if pool.enable_caching:
+            if pool.enable_caching and not req.preloaded:
                 self.prefix_queries_tokens += num_tokens
                 self.prefix_hits_tokens += len(hit) * bs
-            req.num_computed = len(hit) * bs
+            req.num_computed = base
             reqs.append(req)
             nums.append(n)
             budget -= n

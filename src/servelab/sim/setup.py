@@ -17,11 +17,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from servelab.hardware.catalog import NodeLayout
-from servelab.sim.cluster import Cluster, NetworkCosts
+from servelab.disaggregation import DisaggregatedConfig, KvTransfer, kv_link
+from servelab.hardware.catalog import NodeLayout, get_gpu
+from servelab.models import load_model
+from servelab.models.costs import kv_bytes_per_token
+from servelab.sim.cluster import Cluster, DecodePool, NetworkCosts
 from servelab.sim.cost import Calibration, default_calibration
 from servelab.sim.engine import SimEngine, build_engine
 from servelab.sim.kernel_profile import KernelProfile
+from servelab.errors import ServelabError
+from servelab.routing.records import RoutingPolicy
 from servelab.speculation import SpeculativeConfig
 
 ROUTER_HOP_MS = 0.5
@@ -42,6 +47,15 @@ class SimOptions:
     profile: KernelProfile | None = None  # None: the GPU's shipped profile, else its datasheet
     speculative: SpeculativeConfig | None = None  # with its per-position acceptance
     nodes: NodeLayout | None = None  # None: a replica's GPUs share one node
+    disaggregated: DisaggregatedConfig | None = None  # prefill and decode pools (replicas 1)
+
+    @property
+    def gpus(self) -> int:
+        """GPUs the deployment takes."""
+        if self.disaggregated is not None:
+            return self.disaggregated.gpus
+        a = self.engine_args
+        return self.replicas * a.tensor_parallel_size * a.pipeline_parallel_size
 
     @property
     def resolved_calibration(self) -> Calibration:
@@ -55,20 +69,52 @@ def build_cluster(opts: SimOptions, rng: random.Random) -> Cluster:
     if opts.replicas < 1:
         raise ValueError("replicas must be >= 1")
     cal = opts.resolved_calibration
-    first = build_engine(opts.model, opts.gpu, opts.quantization, opts.engine_args, cal,
+    network = _network(cal)
+    pd = opts.disaggregated
+    if pd is None:
+        engines = _pool(opts, opts.engine_args, opts.replicas, cal)
+        policy = make_policy(opts.router_policy, rng) if opts.replicas > 1 else None
+        return Cluster(engines, policy, network)
+    if opts.replicas != 1 or opts.speculative is not None or opts.engine_args.pipeline_parallel_size != 1:
+        raise ServelabError("a disaggregated deployment sets its replicas in its pools "
+                            "(replicas 1), with PP 1 and without speculative decoding")
+    args = opts.engine_args
+    prefill = _pool(opts, args.model_copy(update={"tensor_parallel_size": pd.prefill.tp}),
+                    pd.prefill.replicas, cal)
+    decode = _pool(opts, args.model_copy(update={"tensor_parallel_size": pd.decode.tp}),
+                   pd.decode.replicas, cal)
+    transfer = kv_transfer(opts.model, opts.quantization, opts.gpu, args, pd)
+
+    def policy_for(n: int) -> RoutingPolicy | None:
+        return make_policy(opts.router_policy, rng) if n > 1 else None
+    return Cluster(prefill, policy_for(pd.prefill.replicas), network,
+                   DecodePool(decode, policy_for(pd.decode.replicas), transfer))
+
+
+def kv_transfer(model_name: str, quantization: str | None, gpu: str, args: Any,
+                pd: DisaggregatedConfig) -> KvTransfer:
+    """The KV transfer between `pd`'s pools for this model and GPU."""
+    model = load_model(model_name, quantization)
+    return KvTransfer(kv_bytes_per_token(model, args.kv_cache_dtype), model.layers,
+                      kv_link(pd.link, get_gpu(gpu)), min(pd.prefill.tp, pd.decode.tp), pd.layerwise)
+
+
+def _pool(opts: SimOptions, args: Any, replicas: int, cal: Calibration) -> list[SimEngine]:
+    """`replicas` fresh engines of one shape; each draws acceptance from its own stream."""
+    first = build_engine(opts.model, opts.gpu, opts.quantization, args, cal,
                          opts.async_scheduling, opts.profile, opts.speculative, layout=opts.nodes)
-    # Each replica draws acceptance from its own stream.
-    engines = [first] + [SimEngine(dataclasses.replace(first.config, seed=r), first.cost)
-                         for r in range(1, opts.replicas)]
-    policy = make_policy(opts.router_policy, rng) if opts.replicas > 1 else None
-    network = NetworkCosts(
+    return [first] + [SimEngine(dataclasses.replace(first.config, seed=r), first.cost)
+                      for r in range(1, replicas)]
+
+
+def _network(cal: Calibration) -> NetworkCosts:
+    return NetworkCosts(
         request_overhead_ms=cal.request_overhead_ms, router_hop_ms=ROUTER_HOP_MS,
         frontend_us_per_prompt_token=cal.frontend_us_per_prompt_token,
         frontend_us_per_output_token=cal.frontend_us_per_output_token,
         frontend_us_per_chunk=cal.frontend_us_per_chunk,
         frontend_us_per_request=cal.frontend_us_per_request,
         frontend_tokenize_us=cal.frontend_tokenize_us, frontend_handoff_us=cal.frontend_handoff_us)
-    return Cluster(engines, policy, network)
 
 
 def fit_token_ids(ids: Sequence[int], prompt_len: int, index: int) -> tuple[int, ...]:
