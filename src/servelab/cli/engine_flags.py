@@ -60,6 +60,9 @@ class EngineFlags:
     gpus_per_node: int | None = None  # None: a replica's GPUs share one node
     node_link: str = "infiniband"
     disaggregated: str | None = None  # prefill/decode pools, JSON
+    enable_expert_parallel: bool = False
+    num_redundant_experts: int = 0
+    expert_skew: float = 0.0  # the busiest GPU's extra share of MoE work under EP
 
     def options(self) -> SimOptions:
         """Validate into `SimOptions` (ServelabError names a bad flag)."""
@@ -77,7 +80,9 @@ def engine_options(*, model: str, gpu: str, quantization: str | None, max_num_se
                    async_scheduling: bool = True, profile: Path | None = None,
                    speculative_config: str | None = None,
                    spec_acceptance: str | None = None, gpus_per_node: int | None = None,
-                   node_link: str = "infiniband", disaggregated: str | None = None) -> SimOptions:
+                   node_link: str = "infiniband", disaggregated: str | None = None,
+                   enable_expert_parallel: bool = False, num_redundant_experts: int = 0,
+                   expert_skew: float = 0.0) -> SimOptions:
     """Validate the engine flags into `SimOptions` (ServelabError names a bad flag)."""
     from servelab.plan import EngineArgs
 
@@ -90,6 +95,7 @@ def engine_options(*, model: str, gpu: str, quantization: str | None, max_num_se
         "tensor_parallel_size": tensor_parallel_size,
         "pipeline_parallel_size": pipeline_parallel_size, "block_size": block_size,
         "kv_cache_dtype": kv_cache_dtype, "quantization": quantization,
+        "enable_expert_parallel": enable_expert_parallel, "num_redundant_experts": num_redundant_experts,
     }
     fields = getattr(EngineArgs, "model_fields", None) or getattr(EngineArgs, "__dataclass_fields__", {})
     kwargs = {k: v for k, v in given.items() if v is not None and k in fields}
@@ -113,6 +119,10 @@ def engine_options(*, model: str, gpu: str, quantization: str | None, max_num_se
     if gpus_per_node is not None and gpus_per_node < 1:
         raise ServelabError(f"--gpus-per-node {gpus_per_node}: must be >= 1")
     nodes = node_layout(gpus_per_node, node_link) if gpus_per_node is not None else None
+    if not 0 <= expert_skew <= 100:
+        raise ServelabError(f"--expert-skew {expert_skew:g}: give the busiest GPU's extra share, 0 (uniform) to 100")
+    if expert_skew and not enable_expert_parallel:
+        raise ServelabError("--expert-skew needs --enable-expert-parallel")
     pd = disaggregated_options(disaggregated)
     if pd is not None and (replicas != 1 or tensor_parallel_size != 1 or pipeline_parallel_size != 1
                            or speculative is not None):
@@ -122,7 +132,7 @@ def engine_options(*, model: str, gpu: str, quantization: str | None, max_num_se
     return SimOptions(model=model, gpu=gpu, quantization=quantization, engine_args=args,
                       replicas=replicas, router_policy=router_policy, calibration=cal,
                       async_scheduling=async_scheduling, profile=prof, speculative=speculative,
-                      nodes=nodes, disaggregated=pd)
+                      nodes=nodes, disaggregated=pd, expert_skew=expert_skew)
 
 
 def disaggregated_options(config_json: str | None) -> DisaggregatedConfig | None:
@@ -220,9 +230,16 @@ _FLAGS = (
           "Prefill/decode disaggregation as JSON, e.g. '{{\"prefill\": {{\"replicas\": 1, \"tp\": 1}}, "
           "\"decode\": {{\"replicas\": 3, \"tp\": 1}}, \"link\": \"nvlink\"}}' (link: nvlink, pcie, "
           "infiniband, roce, ethernet; \"layerwise\": true overlaps the KV transfer with the prefill)."),
+    _Flag("enable_expert_parallel", bool, False, ("--enable-expert-parallel/--no-enable-expert-parallel",),
+          "MoE models: vLLM's expert parallelism, experts over EP = TP x --replicas GPUs (the replicas are its DP ranks)."),
+    _Flag("num_redundant_experts", int, 0, ("--num-redundant-experts",),
+          "vLLM's EPLB copies of hot experts (memory per GPU), with --enable-expert-parallel."),
+    _Flag("expert_skew", float, 0.0, ("--expert-skew",),
+          "With --enable-expert-parallel: the busiest GPU's extra share of token-expert pairs (0: uniform routing; 0.5: 1.5x the mean)."),
 )
 ENGINE_FLAG_NAMES = tuple(f.name for f in _FLAGS)
-_FLEET = ("replicas", "router_policy", "disaggregated")
+_FLEET = ("replicas", "router_policy", "disaggregated", "enable_expert_parallel",
+          "num_redundant_experts", "expert_skew")
 
 
 def sim_engine_flags(*, raw: bool = False, required: bool = True, fleet: bool = False,

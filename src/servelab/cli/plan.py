@@ -34,6 +34,7 @@ _ARG_FLAGS = {  # flag -> (EngineArgs field, type)
     "--max-num-batched-tokens": ("max_num_batched_tokens", int),
     "--block-size": ("block_size", int),
     "--kv-cache-dtype": ("kv_cache_dtype", str),
+    "--num-redundant-experts": ("num_redundant_experts", int),
 }
 
 
@@ -61,6 +62,8 @@ def _arm(spec: str, base: dict[str, Any]) -> Arm:
     parser.add_argument("--quantization")
     for flag, (dest, kind) in _ARG_FLAGS.items():
         parser.add_argument(flag, dest=dest, type=kind)
+    parser.add_argument("--enable-expert-parallel", dest="enable_expert_parallel", action="store_true",
+                        default=None)
     parsed = vars(parser.parse_args(shlex.split(rest)))
     values = {**base, **{k: v for k, v in parsed.items() if v is not None}}
     return _build_arm(name.strip(), values, f"--what-if {name.strip()}")
@@ -96,6 +99,8 @@ def _render(out: dict[str, Any], console: Console) -> None:
              f"{p['kv_bytes_per_token']:,} / {p['kv_bytes_per_token_per_gpu']:,}"),
             ("KV cache tokens", f"{p['kv_cache_tokens']:,}"),
             (f"max concurrency for {p['max_model_len']:,} tokens", f"{p['max_concurrency']:.2f}x"),
+            *([("routed experts per GPU (EP "
+                f"{p['expert_parallel_size']})", f"{p['experts_per_gpu']}")] if p.get("experts_per_gpu") else []),
             ("max_num_seqs / max_num_batched_tokens",
              f"{p['max_num_seqs']} / {p['max_num_batched_tokens']}"),
             ("decode ceiling, 1 request (tok/s)", f"{out['decode_ceiling_tok_s']:.1f}")]
@@ -142,6 +147,8 @@ def plan_command(
     max_num_batched_tokens: Optional[int] = typer.Option(None, "--max-num-batched-tokens"),
     block_size: int = typer.Option(16, "--block-size"),
     kv_cache_dtype: str = typer.Option("auto", "--kv-cache-dtype", help="auto or fp8."),
+    enable_expert_parallel: bool = typer.Option(False, "--enable-expert-parallel", help="MoE: experts over EP = TP x --replicas GPUs (vLLM's flag)."),
+    num_redundant_experts: int = typer.Option(0, "--num-redundant-experts", help="MoE with EP: EPLB's copies of hot experts."),
     batch: Optional[int] = typer.Option(None, "--batch", help="Decode batch for the step time / MBU."),
     context: int = typer.Option(1024, "--context", help="Context tokens per request (step time, what-if, MBU)."),
     prefill_tokens: Optional[int] = typer.Option(None, "--prefill-tokens", help="Also time a prefill of N tokens."),
@@ -177,7 +184,8 @@ def plan_command(
         "data_parallel_size": replicas, "gpu_memory_utilization": gpu_memory_utilization,
         "max_model_len": max_model_len, "max_num_seqs": max_num_seqs,
         "max_num_batched_tokens": max_num_batched_tokens, "block_size": block_size,
-        "kv_cache_dtype": kv_cache_dtype}
+        "kv_cache_dtype": kv_cache_dtype, "enable_expert_parallel": enable_expert_parallel,
+        "num_redundant_experts": num_redundant_experts}
     arm = _build_arm(_main_arm_name(quantization, tensor_parallel_size, pipeline_parallel_size,
                                     replicas), base, "servelab plan")
     mem = plan_memory(arm.model, arm.gpu, arm.args)

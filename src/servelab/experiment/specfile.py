@@ -139,6 +139,11 @@ def _arm(spec: ExperimentSpec, i: int) -> Iterator[Problem]:
                                                  ".decode; the arm's replicas, TP and PP stay 1")
         if arm.speculative is not None:
             yield ("arms", i, "disaggregated"), "speculative decoding is not simulated with disaggregation"
+    if arm.args.get("enable_expert_parallel") and arm.replicas > 1 and spec.engine in ("vllm", "sglang"):
+        yield ("arms", i, "replicas"), (
+            "expert parallelism over DP ranks runs in one engine (vLLM's --data-parallel-size), "
+            "and servelab launches replicas as separate servers: on a real engine use the arm's "
+            "tensor_parallel_size for EP (EP = TP), or simulate DP ranks with engine sim")
     if spec.engine == "external":
         if not arm_urls(spec, arm):
             yield ("arms", i), "engine external needs urls (the arm's or engine_defaults.urls)"

@@ -112,19 +112,26 @@ def expected_experts_touched(model: ModelGeometry, tokens: int) -> float:
 
 
 def weights_read_bytes(model: ModelGeometry, tokens: int, tensor_parallel: int = 1,
-                       pipeline_parallel: int = 1) -> float:
+                       pipeline_parallel: int = 1, expert_parallel: int = 1,
+                       data_parallel: int = 1) -> float:
     """Weight bytes one GPU reads in a step that processes `tokens` tokens.
 
     Everything it holds, except the routed experts no token picked (expected value) and the
     input-embedding table (only `tokens` rows are read; when tied it is the LM head, read whole).
+    Under expert parallelism (`expert_parallel` > 1) a GPU holds its whole local experts and
+    the tokens of every one of `data_parallel` equally loaded ranks pick among them.
     """
-    held = float(weight_bytes_per_gpu(model, tensor_parallel, pipeline_parallel))
+    held = float(weight_bytes_per_gpu(model, tensor_parallel, pipeline_parallel, expert_parallel))
     stage_frac = math.ceil(model.layers / pipeline_parallel) / model.layers
     if model.is_moe:
         experts = sum(linear_bytes(model, s, model.weight_format)
                       for s in model.linear_shapes() if s.role == "expert")
-        unread = 1.0 - expected_experts_touched(model, tokens) / model.num_experts
-        held -= experts / tensor_parallel * stage_frac * unread
+        if expert_parallel > 1:
+            share = math.ceil(model.num_experts / expert_parallel) / model.num_experts
+            touched = expected_experts_touched(model, tokens * data_parallel)
+        else:
+            share, touched = 1.0 / tensor_parallel, expected_experts_touched(model, tokens)
+        held -= experts * share * stage_frac * (1.0 - touched / model.num_experts)
     if not model.tie_embeddings and pipeline_parallel == 1:
         held -= SIXTEEN_BIT * model.embedding_params / tensor_parallel
         held += SIXTEEN_BIT * tokens * model.hidden

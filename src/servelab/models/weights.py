@@ -65,21 +65,27 @@ def checkpoint_bytes(model: ModelGeometry, weight_format: WeightFormat | None = 
 
 
 def weight_bytes_per_gpu(model: ModelGeometry, tensor_parallel: int = 1,
-                         pipeline_parallel: int = 1) -> int:
+                         pipeline_parallel: int = 1, expert_parallel: int = 1,
+                         redundant_experts: int = 0) -> int:
     """Bytes of weights one GPU holds under TP x PP (the largest pipeline stage).
 
     TP splits every linear layer and the vocabulary (embedding, LM head) by `tensor_parallel`;
     norms, routers and the MLA down-projections are replicated; K/V projections replicate
     when there are fewer KV heads than ranks. PP puts ceil(layers / PP) layers on a stage; the
     embedding sits on the first stage and the LM head on the last, so a stage holds one of them
-    (both when PP = 1).
+    (both when PP = 1). With expert parallelism (`expert_parallel` > 1, vLLM's EP = TP x DP)
+    the routed experts are not TP-split: each GPU holds ceil((experts + redundant) / EP)
+    whole experts (vLLM's EPLB adds `redundant_experts` copies of hot ones).
     """
     tp, pp = tensor_parallel, pipeline_parallel
     fmt = model.weight_format
     layer_bytes = 0.0
     for s in model.linear_shapes():
         size = linear_bytes(model, s, fmt)
-        if not s.tp_split:
+        if s.role == "expert" and expert_parallel > 1 and model.num_experts:
+            local = math.ceil((model.num_experts + redundant_experts) / expert_parallel)
+            layer_bytes += size * local / model.num_experts
+        elif not s.tp_split:
             layer_bytes += size
         elif s.name in ("k_proj", "v_proj") and model.kv_heads < tp:
             layer_bytes += size / model.kv_heads

@@ -30,7 +30,8 @@ VLLM_DEFAULT_GPU_MEMORY_UTILIZATION = 0.92
 class EngineArgs(BaseModel):
     """vLLM engine arguments relevant to memory and speed (vLLM's names; extra keys rejected).
 
-    `data_parallel_size` is the number of replicas (vLLM's `--data-parallel-size`).
+    `data_parallel_size` is the number of replicas (vLLM's `--data-parallel-size`); with
+    `enable_expert_parallel` they are the DP ranks of one expert-parallel engine.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -48,6 +49,17 @@ class EngineArgs(BaseModel):
     enforce_eager: bool = False
     quantization: str | None = None
     async_scheduling: bool = True  # vLLM's default; the simulator's engine follows it
+    # Expert parallelism (MoE models): experts split over EP = TP x DP ranks, whole experts
+    # per GPU, attention replicated per DP rank (`expert_parallel_size`).
+    enable_expert_parallel: bool = False
+    num_redundant_experts: int = Field(0, ge=0)  # vLLM's EPLB copies of hot experts
+
+    @property
+    def expert_parallel_size(self) -> int:
+        """vLLM's EP size: TP x DP with --enable-expert-parallel, else 1 (experts TP-split)."""
+        if not self.enable_expert_parallel:
+            return 1
+        return self.tensor_parallel_size * self.data_parallel_size
 
 
 @dataclass(frozen=True, slots=True)

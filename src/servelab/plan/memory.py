@@ -77,6 +77,8 @@ class MemoryPlan(BaseModel):
     reason: str
     draft_weights_gib: float = 0.0
     draft_kv_bytes_per_token_per_gpu: int = 0
+    expert_parallel_size: int = 1
+    experts_per_gpu: int | None = None  # routed experts held per GPU (None: a dense model)
 
     @property
     def all_layer_blocks(self) -> int:
@@ -165,7 +167,7 @@ def loaded_weights_bytes(model: ModelGeometry, args: EngineArgs) -> int:
     rotary cos/sin table (max_position x rotary dim, 16 bit) and, for AWQ with zero points,
     the fp16 zeros its mixed-precision kernels keep instead of the packed 4-bit ones."""
     tp, pp = args.tensor_parallel_size, args.pipeline_parallel_size
-    held = weight_bytes_per_gpu(model, tp, pp)
+    held = weight_bytes_per_gpu(model, tp, pp, args.expert_parallel_size, args.num_redundant_experts)
     rotary = model.qk_rope_head_dim if model.is_mla else model.head_dim
     held += model.max_position_embeddings * rotary * 2
     if model.weight_format == "awq" and model.quant_zero_point:
@@ -189,7 +191,7 @@ def activation_bytes(model: ModelGeometry, args: EngineArgs, max_num_batched_tok
         # alone on one H200 (docs/validation/sim-transfer-2026-12-01/planner_check.json:
         # logged overhead 3.27 / 3.56 GiB); the factor is the mean of the two, so these two
         # logs are its fit, not a check.
-        width = model.moe_intermediate / tp
+        width = model.moe_intermediate / (1 if args.expert_parallel_size > 1 else tp)
         per_token = max(per_token, MOE_WORKSPACE_FACTOR * model.experts_per_token
                         * (3 * width + model.hidden))
     forward = max_num_batched_tokens * per_token * nbytes
@@ -233,7 +235,12 @@ def plan_memory(model: ModelGeometry, gpu: GPUSpec, args: EngineArgs,
                                      limits.max_num_batched_tokens, args.block_size)
     concurrency = blocks / per_request
     tokens = int(concurrency * limits.max_model_len)
+    ep = args.expert_parallel_size
     refused = parallelism_error(model, tp, pp)
+    if refused is None and args.enable_expert_parallel and not model.is_moe:
+        refused = f"--enable-expert-parallel needs a MoE model; {model.name} is dense"
+    if refused is None and args.num_redundant_experts and ep == 1:
+        refused = "--num-redundant-experts needs --enable-expert-parallel (EPLB places them over EP ranks)"
     fits, reason = ((False, refused) if refused is not None else
                     _verdict(model, limits.max_model_len, budget, weights, available, concurrency))
     return MemoryPlan(
@@ -250,7 +257,17 @@ def plan_memory(model: ModelGeometry, gpu: GPUSpec, args: EngineArgs,
         num_gpu_blocks=blocks, kv_cache_tokens=tokens, max_model_len=limits.max_model_len,
         max_num_seqs=limits.max_num_seqs, max_num_batched_tokens=limits.max_num_batched_tokens,
         max_concurrency=concurrency, kv_cache_groups=groups.count, fits=fits, reason=reason,
-        draft_weights_gib=draft_weights / GIB, draft_kv_bytes_per_token_per_gpu=draft_kv)
+        draft_weights_gib=draft_weights / GIB, draft_kv_bytes_per_token_per_gpu=draft_kv,
+        expert_parallel_size=ep, experts_per_gpu=experts_per_gpu(model, args) if model.is_moe else None)
+
+
+def experts_per_gpu(model: ModelGeometry, args: EngineArgs) -> int:
+    """Routed experts one GPU holds: all of them (TP-split) without EP, else whole experts
+    ceil((experts + redundant) / EP)."""
+    ep = args.expert_parallel_size
+    if ep == 1:
+        return model.num_experts
+    return math.ceil((model.num_experts + args.num_redundant_experts) / ep)
 
 
 def parallelism_error(model: ModelGeometry, tp: int, pp: int) -> str | None:

@@ -101,7 +101,9 @@ def step_time(model: ModelGeometry, gpu: GPUSpec, args: EngineArgs, shape: StepS
         ctx, shape.decode_seqs * window)
     kv_read = kv_layer * kv_layers_x_tokens * stage
     kv_write = kv_layer * model.layers * stage * tokens
-    bytes_read = weights_read_bytes(model, tokens, tp, pp) + kv_read + kv_write
+    ep = args.expert_parallel_size
+    bytes_read = (weights_read_bytes(model, tokens, tp, pp, ep, args.data_parallel_size if ep > 1 else 1)
+                  + kv_read + kv_write)
     flops = (2.0 * model.active_params * tokens
              + attention_flops(model, ctx, shape.decode_seqs, decode=True)
              + attention_flops(model, shape.prefill_context_tokens, shape.prefill_tokens,
@@ -117,15 +119,25 @@ def step_time(model: ModelGeometry, gpu: GPUSpec, args: EngineArgs, shape: StepS
 def allreduce_time_s(model: ModelGeometry, gpu: GPUSpec, args: EngineArgs, tokens: int,
                      eff: Efficiency = Efficiency()) -> float:
     """TP all-reduce time of one step on one stage: 2 per layer, ring traffic
-    2(TP-1)/TP x message over one direction of the link, plus a latency per call."""
+    2(TP-1)/TP x message over one direction of the link, plus a latency per call; with
+    expert parallelism, each MoE layer's all-to-all dispatch and combine too."""
     tp = args.tensor_parallel_size
-    if tp == 1 or tokens == 0:
-        return 0.0
     link = gpu.interconnect
+    ep = args.expert_parallel_size if model.is_moe else 1
+    a2a = 0.0
+    if ep > 1 and tokens:
+        # dispatch and combine per MoE layer: the GPU's token share to its top-k experts'
+        # ranks, the (EP - 1) / EP of them elsewhere, each way
+        moe_layers = model.moe_layers * math.ceil(model.layers / args.pipeline_parallel_size) / model.layers
+        sent = tokens / tp * model.experts_per_token * model.hidden * model.activation_dtype_bytes * (ep - 1) / ep
+        a2a = 2 * moe_layers * (sent / (link.unidirectional_gbs * 1e9 * eff.interconnect_frac)
+                                + link.allreduce_latency_us * 1e-6)
+    if tp == 1 or tokens == 0:
+        return a2a
     calls = ALLREDUCES_PER_LAYER * math.ceil(model.layers / args.pipeline_parallel_size)
     message = tokens * model.hidden * model.activation_dtype_bytes
     wire = message * 2 * (tp - 1) / tp / (link.unidirectional_gbs * 1e9 * eff.interconnect_frac)
-    return calls * (wire + link.allreduce_latency_us * 1e-6)
+    return calls * (wire + link.allreduce_latency_us * 1e-6) + a2a
 
 
 def decode_step(model: ModelGeometry, gpu: GPUSpec, args: EngineArgs, batch: int,

@@ -268,9 +268,9 @@ class OperatorCostModel:
     def __init__(self, model: ModelGeometry, gpu: GPUSpec, args: EngineArgs, cal: Calibration,
                  kernels: KernelTimes, spec: SpecCost | None = None,
                  async_scheduling: bool = True, v1_runner: bool = False,
-                 layout: NodeLayout | None = None) -> None:
+                 layout: NodeLayout | None = None, expert_skew: float = 0.0) -> None:
         self.calibration = cal
-        self.ops = OperatorModel(model, gpu, args, kernels, layout)
+        self.ops = OperatorModel(model, gpu, args, kernels, layout, expert_skew)
         self.pp = args.pipeline_parallel_size
         self.spec = spec
         self._scale = cal.gpu_time_scale

@@ -294,7 +294,7 @@ def build_engine(model: str, gpu: str, quantization: str | None, args: Any,
                  calibration: Calibration | None, async_scheduling: bool = True,
                  profile: KernelProfile | None = None,
                  speculative: SpeculativeConfig | None = None, seed: int = 0,
-                 layout: NodeLayout | None = None) -> SimEngine:
+                 layout: NodeLayout | None = None, expert_skew: float = 0.0) -> SimEngine:
     """The simulated replica for `model` on `gpu` with vLLM `EngineArgs` `args`.
 
     KV pool and limits come from the planner (`plan_memory`), so they equal what
@@ -304,6 +304,7 @@ def build_engine(model: str, gpu: str, quantization: str | None, args: Any,
     per-position acceptance (required) and vLLM's rule on asynchronous scheduling
     (kept only for EAGLE-type methods). `layout` places a replica's GPUs in nodes (None:
     one node), so pipeline hops and TP all-reduces that cross nodes go over the fabric.
+    `expert_skew`: with expert parallelism, the busiest GPU's extra share of the MoE work.
     """
     from servelab.hardware.catalog import get_gpu
     from servelab.models import load_model
@@ -328,7 +329,7 @@ def build_engine(model: str, gpu: str, quantization: str | None, args: Any,
                              drafter_graphs=speculative.drafter_on_graphs)
     v1 = uses_v1_model_runner(geometry, speculative.method if speculative is not None else None)
     cost = OperatorCostModel(geometry, spec, args, cal, kernels, spec_cost, async_scheduling, v1,
-                             layout)
+                             layout, expert_skew)
     config = SimConfig(
         num_gpu_blocks=mem.all_layer_blocks, block_size=mem.block_size,
         max_num_seqs=mem.max_num_seqs, max_num_batched_tokens=mem.max_num_batched_tokens,

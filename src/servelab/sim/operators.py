@@ -11,6 +11,11 @@ context they attend), one GPU of a replica runs, per decoder layer of its pipeli
 - bandwidth-bound kernels: two fused residual-add + RMSNorms, q/k norm and rotary, the KV
   cache write, the MLP activation, fp8 activation quantization for W8A8 GEMMs;
 - with TP, two all-reduces of M x hidden (ring: latency + 2(TP-1)/TP x bytes over the link);
+- with expert parallelism (EP = TP x DP, vLLM's --enable-expert-parallel), a MoE layer on the
+  busiest GPU: its whole local experts over the token-expert pairs of every DP rank (DP
+  ranks equally loaded, a skew for the hottest GPU), and the all-to-all dispatch and
+  combine of its tokens' hidden states to the other ranks over the link (NVLink in a node,
+  the fabric when EP spans nodes);
 then once per step: the embedding gather, the final norm, the LM head over the sequences
 that sample (one row each: vLLM computes logits for every scheduled request's last
 token) and the sampler over their logits.
@@ -78,10 +83,22 @@ class OperatorModel:
     """Per-kernel step pricing of one model on one GPU under `args` (see the module doc)."""
 
     def __init__(self, model: ModelGeometry, gpu: GPUSpec, args: EngineArgs,
-                 kernels: KernelTimes, layout: NodeLayout | None = None) -> None:
+                 kernels: KernelTimes, layout: NodeLayout | None = None,
+                 expert_skew: float = 0.0) -> None:
         self.model, self.gpu, self.kernels = model, gpu, kernels
         tp, pp = args.tensor_parallel_size, args.pipeline_parallel_size
         self.tp, self.pp = tp, pp
+        # Expert parallelism: experts over EP = TP x DP ranks; every DP rank's tokens reach
+        # the ranks of their experts (all-to-all dispatch and combine per MoE layer), the
+        # DP ranks assumed equally loaded (vLLM runs them in lockstep); `expert_skew` is the
+        # busiest GPU's extra share of token-expert pairs (0: uniform routing).
+        self.ep = args.expert_parallel_size if model.is_moe else 1
+        self.dp = args.data_parallel_size if self.ep > 1 else 1
+        self.local_experts = (math.ceil((model.num_experts + args.num_redundant_experts) / self.ep)
+                              if self.ep > 1 else model.num_experts)
+        self.expert_skew = expert_skew
+        ep_crosses = layout is not None and self.ep > layout.gpus_per_node
+        self.ep_link = layout.link.as_interconnect() if ep_crosses and layout else gpu.interconnect
         # A TP group wider than a node all-reduces over the fabric between nodes.
         crosses = layout is not None and layout.tp_crosses(tp)
         self.tp_link = layout.link.as_interconnect() if crosses and layout else gpu.interconnect
@@ -181,9 +198,17 @@ class OperatorModel:
             mlp = sum(self._gemm(M, g) for g in self.dense_gemms) + k.elementwise_s(3 * act * M * inter)
             total += mlp * self.dense_layers
         if self.moe_layers:
-            inter = m.moe_intermediate // self.tp
             moe = k.gemm_s("bf16", M, m.num_experts, h)  # router logits
-            moe += k.moe_s(M, m.num_experts, m.experts_per_token, h, inter)
+            if self.ep > 1:
+                # the busiest GPU's token-expert pairs, from every DP rank, on its local
+                # experts (whole, not TP-split), then the dispatch and combine over the link
+                pairs = math.ceil(M * self.dp * m.experts_per_token / self.ep * (1 + self.expert_skew))
+                moe += k.moe_s(pairs, self.local_experts, 1, h, m.moe_intermediate)
+                link = self.ep_link
+                wire = self.all_to_all_bytes(M) / 2 / (link.unidirectional_gbs * 1e9)
+                moe += 2 * (wire + link.allreduce_latency_us * 1e-6)
+            else:
+                moe += k.moe_s(M, m.num_experts, m.experts_per_token, h, m.moe_intermediate // self.tp)
             if self.moe_gemms:
                 width = (m.shared_expert_intermediate or m.moe_intermediate) * m.shared_experts // self.tp
                 moe += sum(self._gemm(M, g) for g in self.moe_gemms) + k.elementwise_s(3 * act * M * width)
@@ -192,6 +217,16 @@ class OperatorModel:
             total += self.ends_tokens_s(tokens)
         self._per_tokens[tokens] = total
         return total
+
+    def all_to_all_bytes(self, tokens: int) -> float:
+        """Bytes one GPU sends per MoE layer under EP for a step of `tokens` on its DP rank:
+        its TP share of the tokens, each to its top-k experts' ranks, the share of them on
+        other ranks ((EP - 1) / EP under uniform routing), 16-bit hidden states, dispatched
+        and then combined back (x 2). 0 without EP."""
+        if self.ep == 1:
+            return 0.0
+        m = self.model
+        return 2.0 * tokens / self.tp * m.experts_per_token * m.hidden * 2.0 * (self.ep - 1) / self.ep
 
     def ends_tokens_s(self, tokens: int) -> float:
         """The embedding gather (first stage) and the final norm (last stage)."""
@@ -246,7 +281,8 @@ class OperatorModel:
         attn = 8 + (2 if m.qk_norm else 0)      # QKV, rope, KV write, attention, O, 2 add+norm
         tp = 2 if self.tp > 1 else 0             # all-reduces
         mlp = 3                                  # gate-up, activation, down
-        moe = 7 + (3 if m.shared_experts else 0)  # router, top-k, align, 2 grouped GEMMs, act, sum
+        moe = 7 + (3 if m.shared_experts else 0) + (2 if self.ep > 1 else 0)  # router, top-k, align,
+        # 2 grouped GEMMs, act, sum (+ dispatch and combine with EP)
         layers = (self.stage_layers * (attn + tp) + self.dense_layers * mlp + self.moe_layers * moe)
         return round(layers) + 8                 # embedding, final norm, LM head, sampler
 

@@ -48,6 +48,7 @@ class SimOptions:
     speculative: SpeculativeConfig | None = None  # with its per-position acceptance
     nodes: NodeLayout | None = None  # None: a replica's GPUs share one node
     disaggregated: DisaggregatedConfig | None = None  # prefill and decode pools (replicas 1)
+    expert_skew: float = 0.0  # EP: the busiest GPU's extra share of token-expert pairs
 
     @property
     def gpus(self) -> int:
@@ -72,7 +73,11 @@ def build_cluster(opts: SimOptions, rng: random.Random) -> Cluster:
     network = _network(cal)
     pd = opts.disaggregated
     if pd is None:
-        engines = _pool(opts, opts.engine_args, opts.replicas, cal)
+        args = opts.engine_args
+        if args.enable_expert_parallel:
+            # the replicas are the DP ranks of one expert-parallel engine: EP = TP x replicas
+            args = args.model_copy(update={"data_parallel_size": opts.replicas})
+        engines = _pool(opts, args, opts.replicas, cal)
         policy = make_policy(opts.router_policy, rng) if opts.replicas > 1 else None
         return Cluster(engines, policy, network)
     if opts.replicas != 1 or opts.speculative is not None or opts.engine_args.pipeline_parallel_size != 1:
@@ -102,7 +107,8 @@ def kv_transfer(model_name: str, quantization: str | None, gpu: str, args: Any,
 def _pool(opts: SimOptions, args: Any, replicas: int, cal: Calibration) -> list[SimEngine]:
     """`replicas` fresh engines of one shape; each draws acceptance from its own stream."""
     first = build_engine(opts.model, opts.gpu, opts.quantization, args, cal,
-                         opts.async_scheduling, opts.profile, opts.speculative, layout=opts.nodes)
+                         opts.async_scheduling, opts.profile, opts.speculative, layout=opts.nodes,
+                         expert_skew=opts.expert_skew)
     return [first] + [SimEngine(dataclasses.replace(first.config, seed=r), first.cost)
                       for r in range(1, replicas)]
 
