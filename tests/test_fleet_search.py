@@ -199,3 +199,28 @@ def test_search_request_refuses_an_unknown_gpu_before_simulating():
                         DatasetOptions(num_prompts=10))
     with pytest.raises(ServelabError, match="B999"):
         run_search(req)
+
+
+def test_pd_units_and_ep_shapes_become_the_simulators_deployments_and_spec_arms():
+    from servelab.cli.plan_search import parse_axes
+
+    space = parse_axes(["quantization=bf16", "tensor_parallel_size=2", "pipeline_parallel_size=1",
+                        "expert_parallel=false,true", "pd_ratio=none,1:3"], 16, 8, "infiniband")
+    labels = [s.label for s in space.shapes()]
+    assert labels == ["bf16-tp2", "bf16-tp2-pd1to3", "bf16-tp2-ep"]  # P/D without EP, as simulated
+    pd = next(s for s in space.shapes() if s.pd_ratio)
+    assert pd.gpus == 8  # (1 + 3) replicas of TP2
+    d = Deployment(pd, 2, "least_requests")
+    opts = d.sim_options("Qwen/Qwen3-30B-A3B", "H200")
+    assert opts.replicas == 1 and opts.disaggregated is not None
+    assert (opts.disaggregated.prefill.replicas, opts.disaggregated.decode.replicas) == (2, 6)
+    assert opts.disaggregated.link == "infiniband" and opts.gpus == d.gpus == 16
+    arm = d.arm_spec()
+    assert arm.disaggregated == opts.disaggregated and arm.routing == "least_requests"
+    ep = Deployment(next(s for s in space.shapes() if s.expert_parallel), 4)
+    eo = ep.sim_options("Qwen/Qwen3-30B-A3B", "H200")
+    assert eo.replicas == 4 and eo.engine_args.enable_expert_parallel
+    assert eo.engine_args.expert_parallel_size == 8  # TP2 x 4 DP ranks
+    assert ep.arm_spec().args == {"enable_expert_parallel": True}
+    with pytest.raises(ServelabError, match="is not none or P:D"):
+        parse_axes(["pd_ratio=1-3"], 8, 8)

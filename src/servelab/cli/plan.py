@@ -163,7 +163,8 @@ def plan_command(
     percentile: float = typer.Option(99.0, "--percentile", help="--search: percentile the SLO is judged at."),
     max_gpus: Optional[int] = typer.Option(None, "--max-gpus", help="--search: GPU budget."),
     gpus_per_node: int = typer.Option(8, "--gpus-per-node", help="--search: TP stays within a node of this many GPUs."),
-    axis: Optional[list[str]] = typer.Option(None, "--axis", help="--search: NAME=V1,V2 (repeat) over quantization (bf16,fp8,awq), tensor_parallel_size (1,2,4,8), pipeline_parallel_size (1,2), max_num_seqs / max_num_batched_tokens (default), router_policy (round_robin,least_requests)."),
+    axis: Optional[list[str]] = typer.Option(None, "--axis", help="--search: NAME=V1,V2 (repeat) over quantization (bf16,fp8,awq), tensor_parallel_size (1,2,4,8), pipeline_parallel_size (1,2), max_num_seqs / max_num_batched_tokens (default), router_policy (round_robin,least_requests), expert_parallel (false; true for MoE), pd_ratio (none; P:D prefill:decode replicas per unit, e.g. none,1:1,1:3)."),
+    pd_link: str = typer.Option("nvlink", "--pd-link", help="--search: the KV link of P/D units (nvlink, pcie, infiniband, roce, ethernet)."),
     workload: Optional[str] = typer.Option(None, "--workload", help="--search: SPEC.yaml[:NAME], a spec's workload (default ShareGPT)."),
     num_prompts: Optional[int] = typer.Option(None, "--num-prompts", help="--search: requests per simulation (default: arrivals over three times the longest latency the SLO allows, >= 60 s)."),
     seed: int = typer.Option(0, "--seed", help="--search: workload and simulator seed."),
@@ -175,7 +176,7 @@ def plan_command(
     if search:
         search_command(model=model, gpu=gpu, rate=rate, slo=list(slo or []), percentile=percentile,
                        max_gpus=max_gpus, gpus_per_node=gpus_per_node, axis=list(axis or []),
-                       workload=workload, num_prompts=num_prompts, seed=seed, workers=workers,
+                       workload=workload, pd_link=pd_link, num_prompts=num_prompts, seed=seed, workers=workers,
                        out=out, json_out=json_out)
         return
     base: dict[str, Any] = {

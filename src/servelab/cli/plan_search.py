@@ -21,13 +21,14 @@ from servelab.textgrid import FitTable
 from servelab.workload.datasets import DatasetOptions
 
 _AXES = ("quantization", "tensor_parallel_size", "pipeline_parallel_size", "max_num_seqs",
-         "max_num_batched_tokens", "router_policy")
+         "max_num_batched_tokens", "router_policy", "expert_parallel", "pd_ratio")
 _FIELD = {"quantization": "quantizations", "tensor_parallel_size": "tensor_parallel_sizes",
           "pipeline_parallel_size": "pipeline_parallel_sizes", "max_num_seqs": "max_num_seqs",
-          "max_num_batched_tokens": "max_num_batched_tokens", "router_policy": "router_policies"}
+          "max_num_batched_tokens": "max_num_batched_tokens", "router_policy": "router_policies",
+          "expert_parallel": "expert_parallel", "pd_ratio": "pd_ratios"}
 
 
-def parse_axes(items: list[str], max_gpus: int, gpus_per_node: int) -> SearchSpace:
+def parse_axes(items: list[str], max_gpus: int, gpus_per_node: int, pd_link: str = "nvlink") -> SearchSpace:
     """``--axis NAME=V1,V2`` items over SearchSpace's defaults. For the limits ``default``
     is vLLM's default; for quantization ``bf16`` is the checkpoint as stored."""
     fields: dict[str, Any] = {}
@@ -42,12 +43,25 @@ def parse_axes(items: list[str], max_gpus: int, gpus_per_node: int) -> SearchSpa
         if _FIELD[name] in fields:
             raise ServelabError(f"--axis {name} given twice")
         fields[_FIELD[name]] = tuple(_axis_value(name, v, item) for v in values)
-    return SearchSpace(**fields, max_gpus=max_gpus, gpus_per_node=gpus_per_node)
+    if pd_link not in ("nvlink", "pcie", "infiniband", "roce", "ethernet"):
+        raise ServelabError(f"--pd-link {pd_link!r}: one of nvlink, pcie, infiniband, roce, ethernet")
+    return SearchSpace(**fields, max_gpus=max_gpus, gpus_per_node=gpus_per_node, pd_link=pd_link)  # type: ignore[arg-type]
 
 
 def _axis_value(name: str, v: str, item: str) -> Any:
     if name == "router_policy":
         return v
+    if name == "expert_parallel":
+        if v.lower() not in ("true", "false"):
+            raise ServelabError(f"--axis {item!r}: {v!r} is not true or false")
+        return v.lower() == "true"
+    if name == "pd_ratio":
+        if v.lower() == "none":
+            return None
+        p, sep, d = v.partition(":")
+        if not sep or not p.isdigit() or not d.isdigit() or int(p) < 1 or int(d) < 1:
+            raise ServelabError(f"--axis {item!r}: {v!r} is not none or P:D (e.g. 1:3)")
+        return (int(p), int(d))
     if name == "quantization":
         return None if v.lower() in ("bf16", "none") else v.lower()
     if v.lower() == "default" and name in ("max_num_seqs", "max_num_batched_tokens"):
@@ -78,6 +92,7 @@ def workload_dataset(workload: str | None, num_prompts: int) -> DatasetOptions:
 
 def search_command(*, model: str, gpu: str, rate: float | None, slo: list[str], percentile: float,
                    max_gpus: int | None, gpus_per_node: int, axis: list[str], workload: str | None,
+                   pd_link: str,
                    num_prompts: int | None, seed: int, workers: int | None, out: Path | None, json_out: bool) -> None:
     """Parse `plan --search`'s flags, search, print the table, the front and the winner."""
     if rate is None or max_gpus is None or not slo:
@@ -87,7 +102,7 @@ def search_command(*, model: str, gpu: str, rate: float | None, slo: list[str], 
     if workers < 1:
         raise ServelabError(f"--workers {workers}: must be >= 1")
     req = SearchRequest(model=model, gpu=gpu, rate_rps=rate, slo=parse_slo(slo, percentile),
-                        space=parse_axes(axis, max_gpus, gpus_per_node),
+                        space=parse_axes(axis, max_gpus, gpus_per_node, pd_link),
                         dataset=workload_dataset(workload, num_prompts or 1), seed=seed,
                         workers=workers, out=out, num_prompts=num_prompts)
     err = make_console(stderr=True)

@@ -21,7 +21,6 @@ from servelab.metrics.summary import SummaryOptions, summarize
 from servelab.models import load_model
 from servelab.plan.compare import Arm, read_arm
 from servelab.sim.offline import PreparedWorkload, simulate_prepared
-from servelab.sim.setup import SimOptions
 from servelab.sweep.points import percentile_ms, saturation_reason
 from servelab.sweep.slo import Slo, SloLevel, breaches
 
@@ -40,10 +39,8 @@ class SimTarget:
 
 def evaluate_one(target: SimTarget, d: Deployment) -> Evaluation:
     """Simulate `d` at the target's traffic and judge it against the SLO."""
-    shape = d.shape
-    opts = SimOptions(target.model, target.gpu, shape.quantization, shape.engine_args(),
-                      replicas=d.replicas, router_policy=d.router_policy)
-    run, *_ = simulate_prepared(opts, target.workload, target.seed, None, 0)
+    run, *_ = simulate_prepared(d.sim_options(target.model, target.gpu), target.workload,
+                                target.seed, None, 0)
     slo = target.slo
     p = slo.percentile
     result = summarize(run.records, run.duration_s, SummaryOptions(
@@ -66,8 +63,11 @@ def _binding(target: SimTarget, d: Deployment, rps: float, e2el_ms: float) -> st
     reqs = target.workload.requests
     context = int(sum(len(r.prompt_token_ids) + r.output_len / 2 for r in reqs) / len(reqs))
     concurrency = max(1, round(rps * e2el_ms / 1e3))
-    args = d.shape.engine_args().model_copy(update={"data_parallel_size": d.replicas})
-    arm = Arm(d.label, load_model(target.model, d.shape.quantization), get_gpu(target.gpu), args)
+    s = d.shape
+    # a P/D deployment's decode pool is where the concurrency sits
+    copies = d.replicas * (s.pd_ratio[1] if s.pd_ratio else 1)
+    args = s.engine_args(d.replicas).model_copy(update={"data_parallel_size": copies})
+    arm = Arm(d.label, load_model(target.model, s.quantization), get_gpu(target.gpu), args)
     return read_arm(arm, concurrency, context).binding
 
 

@@ -1,7 +1,8 @@
 """What the capacity search may choose, and what the planner's ceilings rule out unsimulated.
 
-The space: weight formats x TP x PP x vLLM's batch limits (the replica's shape), then
-replicas up to a GPU budget and a router policy. Before anything is simulated, each shape
+The space: weight formats x TP x PP x vLLM's batch limits x expert parallelism x P:D
+ratios (the replica's shape, or one prefill/decode unit), then replicas (units) up to a GPU
+budget and a router policy. Before anything is simulated, each shape
 is read by the planner at its ideal ceilings (datasheet peaks, no efficiency factor: every
 bound below is one a real or simulated engine cannot beat):
 - memory: the shape must fit (weights, activations, a KV pool for one max-length request);
@@ -22,6 +23,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from servelab.disaggregation import LinkName
 from servelab.errors import ServelabError
 from servelab.fleet.deployment import DEFAULT_POLICY, Shape
 from servelab.hardware.catalog import GPUSpec
@@ -46,6 +48,9 @@ class SearchSpace:
     router_policies: tuple[str, ...] = (DEFAULT_POLICY, "least_requests")
     max_gpus: int = 8
     gpus_per_node: int = 8
+    expert_parallel: tuple[bool, ...] = (False,)  # MoE models: also (False, True)
+    pd_ratios: tuple[tuple[int, int] | None, ...] = (None,)  # P:D units, e.g. (None, (1, 1), (1, 3))
+    pd_link: LinkName = "nvlink"
 
     def __post_init__(self) -> None:
         if self.max_gpus < 1:
@@ -62,11 +67,20 @@ class SearchSpace:
         return self.router_policies[0]
 
     def shapes(self) -> list[Shape]:
-        """Every replica shape with vLLM's default limits that fits the GPU budget and a node."""
-        return [Shape(q, tp, pp)
-                for q in self.quantizations for tp in self.tensor_parallel_sizes
-                for pp in self.pipeline_parallel_sizes
-                if tp <= self.gpus_per_node and tp * pp <= self.max_gpus]
+        """Every replica shape (or P/D unit) with vLLM's default limits that fits the GPU
+        budget and a node (P/D with PP 1 and without EP, as the simulator takes it)."""
+        out = []
+        for q in self.quantizations:
+            for tp in self.tensor_parallel_sizes:
+                for pp in self.pipeline_parallel_sizes:
+                    for ep in self.expert_parallel:
+                        for pd in self.pd_ratios:
+                            if pd is not None and (pp > 1 or ep):
+                                continue
+                            s = Shape(q, tp, pp, expert_parallel=ep, pd_ratio=pd, pd_link=self.pd_link)
+                            if tp <= self.gpus_per_node and s.gpus <= self.max_gpus:
+                                out.append(s)
+        return out
 
     def knob_variants(self, shape: Shape) -> list[Shape]:
         """`shape` with every other combination of the scheduler limits."""
@@ -128,7 +142,8 @@ def read_ceilings(model_name: str, gpu: GPUSpec, shape: Shape, traffic: Traffic,
                   slo_ms: dict[str, float], max_replicas: int) -> Ceilings:
     """The module docstring's bounds for `shape` at `traffic` under `slo_ms` (ttft, tpot)."""
     model = load_model(model_name, shape.quantization)
-    args = shape.engine_args()
+    # EP's memory per GPU falls with its DP ranks: the budget's most is the bound's
+    args = shape.engine_args(max(1, max_replicas))
     if model.heads % shape.tensor_parallel_size:
         return Ceilings(shape, False, f"{model.heads} attention heads do not split over TP "
                         f"{shape.tensor_parallel_size}", math.inf, math.inf, 0.0, 0)
@@ -141,6 +156,8 @@ def read_ceilings(model_name: str, gpu: GPUSpec, shape: Shape, traffic: Traffic,
     tpot = 1e3 / decode_ceiling_tok_s(model, gpu, args, 0)
     ttft = prefill_time_s(model, gpu, args, traffic.percentile_prompt_tokens) * 1e3
     tok_s = _replica_tok_s(model, gpu, shape, mem.kv_cache_tokens, mem.max_num_seqs, traffic)
+    if shape.pd_ratio is not None:
+        tok_s *= shape.pd_ratio[1]  # a P/D unit decodes on its D decode replicas
     need = traffic.rate_rps * traffic.mean_output_tokens
     lo = max(1, math.ceil(need / tok_s)) if tok_s > 0 else max_replicas + 1
     reason = None
@@ -159,6 +176,7 @@ def _replica_tok_s(model: ModelGeometry, gpu: GPUSpec, shape: Shape, kv_tokens: 
                    max_num_seqs: int, traffic: Traffic) -> float:
     context = traffic.mean_prompt_tokens + traffic.mean_output_tokens / 2
     batch = max(1, min(max_num_seqs, int(kv_tokens // max(1.0, context))))
-    step = decode_step(model, gpu, shape.engine_args(), batch, int(context))
+    step = decode_step(model, gpu, shape.engine_args().model_copy(
+        update={"enable_expert_parallel": False}), batch, int(context))
     # PP keeps pp micro-batches in flight: a stage's time per token batch, not the pass's.
     return batch / max(step.total_s, 1e-12)
