@@ -3,12 +3,16 @@
 its seed and reads the acceptance from the server series). Each file's `stripped` names
 what went; every file still loads as a cell record.
 
-    .venv/bin/python docs/validation/spec-repeats-2026-12-02/strip.py
+    .venv/bin/python docs/validation/spec-repeats-2026-12-02/strip.py [EXPERIMENT_DIR]
+
+EXPERIMENT_DIR defaults to this run's results/exp; ../spec-k4-2026-12-02 and
+../spec-crossover-2026-12-02 pass theirs.
 """
 
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 from servelab.experiment.cellrecord import CellRecord
@@ -20,7 +24,8 @@ DROP_SERVELAB = ("sched_lags_ms", "slot_waits_ms", "error_kinds")
 
 
 def main() -> None:
-    for path in sorted((HERE / "results" / "exp" / "cells").rglob("*.json")):
+    exp = Path(sys.argv[1]) if len(sys.argv) > 1 else HERE / "results" / "exp"
+    for path in sorted((exp / "cells").rglob("*.json")):
         data = json.loads(path.read_text())
         gone = [k for k in DROP if data["result"].pop(k, None) is not None]
         extra = data["result"].get("servelab", {})
