@@ -113,7 +113,9 @@ def test_dp_ranks_of_ep_on_a_real_engine_are_refused_by_line(tmp_path: Path) -> 
     with pytest.raises(ServelabError, match=r"s.yaml:\d+: arms\[0\].replicas: expert parallelism over DP ranks"):
         load_spec(path)
     path.write_text(SPEC.format(engine="sim", replicas=2))
-    assert load_spec(path).arm("ep").replicas == 2
+    arm = load_spec(path).arm("ep")
+    # the DP ranks of one EP engine share its experts: the client never splits them
+    assert arm.replicas == 2 and arm.routing == "direct" and not arm.client_splits
 
 
 def test_sim_replicas_are_the_dp_ranks_of_one_ep_engine() -> None:
@@ -144,3 +146,32 @@ def test_the_planners_roofline_counts_the_all_to_all_and_the_local_experts() -> 
     full = weights_read_bytes(QWEN_MOE, 4096)
     quarter = weights_read_bytes(QWEN_MOE, 1024, 1, 1, 4, 4)
     assert full - quarter == pytest.approx(_expert_bytes(QWEN_MOE) * 3 / 4, rel=1e-3)
+
+
+def test_an_ep_shape_starts_its_search_at_the_fewest_dp_ranks_that_fit() -> None:
+    from servelab.fleet.deployment import Shape
+    from servelab.fleet.space import Traffic, read_ceilings
+
+    big = load_model("Qwen/Qwen3-235B-A22B")  # ~438 GiB of bf16 weights
+    traffic = Traffic(1.0, 100, 100, 200)
+    c = read_ceilings("Qwen/Qwen3-235B-A22B", H200, Shape(None, 1, expert_parallel=True), traffic, {}, 8)
+    fits = [r for r in range(1, 9)
+            if plan_memory(big, H200, EngineArgs(data_parallel_size=r, enable_expert_parallel=True)).fits]
+    assert c.reason is None and c.min_replicas == fits[0] > 1
+    # without EP the same model does not fit one H200 at all
+    assert not read_ceilings("Qwen/Qwen3-235B-A22B", H200, Shape(None), traffic, {}, 8).runs
+
+
+def test_a_deployment_that_does_not_start_fails_its_evaluation_with_the_reason() -> None:
+    from servelab.fleet.deployment import Deployment, Shape
+    from servelab.fleet.evaluate import SimTarget, evaluate_one
+    from servelab.sim.offline import prepare_workload
+    from servelab.sweep.slo import parse_slo
+    from servelab.workload.arrivals import ArrivalOptions
+    from servelab.workload.datasets import DatasetOptions
+
+    wl = prepare_workload(DatasetOptions(dataset_name="random", random_input_len=16,
+                                         random_output_len=4, num_prompts=4), 0, ArrivalOptions())
+    target = SimTarget("Qwen/Qwen3-235B-A22B", "H200", wl, parse_slo(["tpot:50"], 99.0), 0)
+    e = evaluate_one(target, Deployment(Shape(None, 1, expert_parallel=True), 1))
+    assert not e.meets_slo and e.failed_why.startswith("does not start:")

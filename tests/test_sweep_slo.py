@@ -89,6 +89,15 @@ def test_a_steady_server_slower_than_half_the_window_is_not_flagged():
     assert saturation_reason(recs, _result(recs), open_loop=True) is None
 
 
+def test_a_queue_that_grows_in_decode_is_counted_while_requests_take_under_half_the_window():
+    # e2el 5 s + 0.4 s per second of arrivals (TTFT grows only 1.5x): the first half's p90
+    # latency (8.6 s) is under half the 20 s window, so completions are counted: 71 for 100
+    # arrivals in the second half
+    recs = _records(200, 10.0, lambda t: 5000.0 + 400.0 * t)
+    reason = saturation_reason(recs, _result(recs), open_loop=True)
+    assert reason is not None and "completions for" in reason
+
+
 def test_many_failures_are_flagged():
     recs = _records(100, 10.0, lambda t: 300.0)
     for r in recs[:10]:

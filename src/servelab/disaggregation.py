@@ -8,11 +8,14 @@ prompt token but the last already computed (it recomputes the last one, as on a 
 hit, and samples the first token), then decodes. The client's first token is the decode
 replica's.
 
-Transfer time of a prompt of P tokens: bytes = KV bytes per token (the whole model, every
-layer) x P, moved by the prefill replica's TP ranks in parallel, each over its own link
-(`ranks` = min of the two pools' TP, each rank holding its heads' share):
+Transfer time of a prompt of P tokens, moved by `ranks` = min(TP_prefill, TP_decode) ranks
+in parallel, each over its own link and each with its own KV (its heads' share, or whole
+where KV heads are replicated, fewer than ranks, and for MLA's latent, which TP does not
+split): bytes = ranks x per-rank KV bytes per token (every layer) x P, and
 
     transfer_s = latency + bytes / (ranks x link one-way bandwidth)
+
+One prefill replica's transfers share its links: each starts when the previous one is done.
 
 With `layerwise: true` (a connector that sends each layer's KV as soon as that layer's
 prefill is done), all but the last layer's share overlaps the prefill itself:
@@ -102,7 +105,7 @@ def kv_link(name: LinkName, gpu: GPUSpec) -> KvLink:
 class KvTransfer:
     """How long a prompt's KV takes from a prefill to a decode replica (module docstring)."""
 
-    kv_bytes_per_token: int  # the whole model's, every layer
+    kv_bytes_per_token: int  # moved by all ranks together, every layer
     layers: int
     link: KvLink
     ranks: int = 1

@@ -14,7 +14,6 @@ from pydantic import ValidationError
 from rich.console import Console
 
 from servelab.cli.output import make_console
-from servelab.cli.plan_search import search_command
 from servelab.errors import ServelabError
 from servelab.hardware.catalog import get_gpu
 from servelab.models import load_model
@@ -174,6 +173,10 @@ def plan_command(
     """Plan vLLM's memory budget, KV pool, maximum concurrency and decode ceilings (per GPU);
     with --search, find the fewest GPUs that meet an SLO at a rate."""
     if search:
+        # imported here: the search pulls in the simulator and matplotlib, which every
+        # other command's start-up should not pay
+        from servelab.cli.plan_search import search_command
+
         search_command(model=model, gpu=gpu, rate=rate, slo=list(slo or []), percentile=percentile,
                        max_gpus=max_gpus, gpus_per_node=gpus_per_node, axis=list(axis or []),
                        workload=workload, pd_link=pd_link, num_prompts=num_prompts, seed=seed, workers=workers,

@@ -101,7 +101,7 @@ def search_command(*, model: str, gpu: str, rate: float | None, slo: list[str], 
         workers = min(8, os.cpu_count() or 1)
     if workers < 1:
         raise ServelabError(f"--workers {workers}: must be >= 1")
-    req = SearchRequest(model=model, gpu=gpu, rate_rps=rate, slo=parse_slo(slo, percentile),
+    req = SearchRequest(model=model, gpu=gpu, rate_rps=rate, slo=parse_slo(slo, percentile, "--percentile"),
                         space=parse_axes(axis, max_gpus, gpus_per_node, pd_link),
                         dataset=workload_dataset(workload, num_prompts or 1), seed=seed,
                         workers=workers, out=out, num_prompts=num_prompts)

@@ -16,6 +16,8 @@ engine's) and stops it with them.
 
 from __future__ import annotations
 
+import random
+
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,7 +35,7 @@ from servelab.experiment.spec import DIRECT, ArmSpec, ExperimentSpec
 from servelab.experiment.targets import HttpTarget, OfflineSimTarget, Target
 from servelab.sim.cost import Calibration
 from servelab.sim.kernel_profile import KernelProfile
-from servelab.sim.setup import SimOptions
+from servelab.sim.setup import SimOptions, build_cluster
 
 ROUTER_START_S = 60.0
 
@@ -135,8 +137,6 @@ def _on_node(launch_: ArmLaunch, node_rank: NodeRank | None) -> ArmLaunch:
 
 
 def _offline(spec: ExperimentSpec, arm: ArmSpec) -> ArmRun:
-    from servelab.sim.engine import build_engine
-
     assert spec.hardware.gpu is not None
     args = planner_args(spec, arm, strict=True)
     calibration = Calibration.load(spec.sim.calibration) if spec.sim.calibration else None
@@ -147,16 +147,12 @@ def _offline(spec: ExperimentSpec, arm: ArmSpec) -> ArmRun:
                       calibration=calibration, profile=profile, speculative=arm.speculative,
                       async_scheduling=args.async_scheduling, nodes=node_layout_of(spec),
                       disaggregated=arm.disaggregated)
-    # The engine the cells will build, built once here so a config that cannot start
-    # (KV pool smaller than one request) fails the arm the way vLLM would.
-    engine = build_engine(opts.model, opts.gpu, opts.quantization, args, opts.resolved_calibration,
-                          opts.async_scheduling, opts.profile, opts.speculative, layout=opts.nodes)
-    startup = startup_from_plan(engine.memory)
-    pd = arm.disaggregated
-    replicas = arm.replicas if pd is None else pd.prefill.replicas + pd.decode.replicas
-    # a disaggregated arm's proxy routes in each pool; the client never splits it
-    direct = arm.routing == DIRECT and pd is None
-    return ArmRun(OfflineSimTarget(opts, direct=direct), [startup] * replicas, None)
+    # The engines the cells will build, built once here so a config that cannot start
+    # (KV pool smaller than one request) fails the arm the way vLLM would; one startup per
+    # replica (P/D: per pool replica, each pool with its own TP).
+    cluster = build_cluster(opts, random.Random(0))
+    startups = [startup_from_plan(e.memory) for e in cluster.engines]
+    return ArmRun(OfflineSimTarget(opts, direct=arm.client_splits), startups, None)
 
 
 def _http(spec: ExperimentSpec, arm: ArmSpec, engine: RunningEngine, log_dir: Path) -> ArmRun:

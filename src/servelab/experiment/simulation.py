@@ -134,7 +134,7 @@ def measured_cells(root: Path, arms: Sequence[str] = (), loads: Sequence[str] = 
             prepared[key] = prepare_workload(dataset, cell.seed, arrivals)
         targets.append(MeasuredCell(f"{arm}/{workload}/{load}", measured, prepared[key], cell.seed,
                               cell.max_concurrency or None, cell.num_warmups,
-                              opts, direct=spec.arm(arm).routing == DIRECT))
+                              opts, direct=spec.arm(arm).client_splits))
     for load in loads:
         if load not in seen_loads:
             raise ServelabError(f"--cells {load}: the experiment has loads {', '.join(sorted(seen_loads))}")

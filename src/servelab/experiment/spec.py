@@ -114,6 +114,14 @@ class ArmSpec(_Section):
     def _name(cls, value: str) -> str:
         return _file_safe(value, "arm name")
 
+    @property
+    def client_splits(self) -> bool:
+        """True when the client spreads requests over the replicas itself (`routing:
+        direct`); never for P/D pools or the DP ranks of one expert-parallel engine, which
+        their own proxy or load balancer feeds."""
+        return (self.routing == DIRECT and self.disaggregated is None
+                and not self.args.get("enable_expert_parallel"))
+
     @field_validator("args")
     @classmethod
     def _normalise(cls, value: dict[str, ArgValue]) -> dict[str, ArgValue]:

@@ -134,6 +134,9 @@ def _arm(spec: ExperimentSpec, i: int) -> Iterator[Problem]:
             yield ("arms", i, "disaggregated"), (
                 f"disaggregated arms run on the simulator (engine sim), not {spec.engine}: "
                 "servelab does not launch vLLM's prefill/decode connector yet")
+        elif spec.sim.mode != "offline":
+            yield ("arms", i, "disaggregated"), ("disaggregated arms run on the offline simulator "
+                                                 "(sim.mode offline): sim serve has no P/D proxy")
         if arm.replicas != 1 or arm.tensor_parallel_size != 1 or arm.pipeline_parallel_size != 1:
             yield ("arms", i, "disaggregated"), ("set replicas and TP in disaggregated.prefill and "
                                                  ".decode; the arm's replicas, TP and PP stay 1")

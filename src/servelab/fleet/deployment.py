@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 
 from servelab.disaggregation import DisaggregatedConfig, LinkName, PoolSpec
 from servelab.experiment.spec import DIRECT, ArmSpec
+from servelab.hardware.catalog import NodeLayout
 from servelab.plan.args import EngineArgs
 from servelab.sim.setup import SimOptions
 
@@ -107,13 +108,14 @@ class Deployment:
             text += f"-x{self.replicas}-{self.router_policy}"
         return text
 
-    def sim_options(self, model: str, gpu: str) -> SimOptions:
-        """The deployment as the simulator builds it."""
+    def sim_options(self, model: str, gpu: str, nodes: NodeLayout | None = None) -> SimOptions:
+        """The deployment as the simulator builds it (`nodes`: how GPUs sit in nodes, so
+        TP, PP and EP groups wider than a node cross the fabric)."""
         s = self.shape
         pools = s.pools(self.replicas)
         return SimOptions(model, gpu, s.quantization, s.engine_args(self.replicas),
                           replicas=1 if pools else self.replicas, router_policy=self.router_policy,
-                          disaggregated=pools)
+                          disaggregated=pools, nodes=nodes)
 
     def arm_spec(self, name: str | None = None) -> ArmSpec:
         """This deployment as a spec arm (`servelab run` measures it, or simulates it where

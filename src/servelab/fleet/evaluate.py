@@ -14,9 +14,12 @@ from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 
+import math
+
+from servelab.errors import ServelabError
 from servelab.fleet.deployment import Deployment
 from servelab.fleet.search import Evaluation
-from servelab.hardware.catalog import get_gpu
+from servelab.hardware.catalog import NodeLayout, get_gpu
 from servelab.metrics.summary import SummaryOptions, summarize
 from servelab.models import load_model
 from servelab.plan.compare import Arm, read_arm
@@ -35,12 +38,18 @@ class SimTarget:
     workload: PreparedWorkload
     slo: Slo
     seed: int
+    nodes: NodeLayout | None = None  # None: every deployment within one node
 
 
 def evaluate_one(target: SimTarget, d: Deployment) -> Evaluation:
-    """Simulate `d` at the target's traffic and judge it against the SLO."""
-    run, *_ = simulate_prepared(d.sim_options(target.model, target.gpu), target.workload,
-                                target.seed, None, 0)
+    """Simulate `d` at the target's traffic and judge it against the SLO; a deployment
+    vLLM would refuse (it does not fit) fails with the reason."""
+    try:
+        run, *_ = simulate_prepared(d.sim_options(target.model, target.gpu, target.nodes),
+                                    target.workload, target.seed, None, 0)
+    except ServelabError as exc:
+        inf = math.inf
+        return Evaluation(d, False, inf, inf, inf, inf, 0.0, 0.0, f"does not start: {exc}", "capacity")
     slo = target.slo
     p = slo.percentile
     result = summarize(run.records, run.duration_s, SummaryOptions(

@@ -21,7 +21,7 @@ from servelab.errors import ServelabError
 from servelab.fleet.evaluate import SimEvaluator, SimTarget
 from servelab.fleet.search import Evaluation, Evaluator, SearchOutcome, search
 from servelab.fleet.space import Ceilings, SearchSpace, Traffic, read_ceilings
-from servelab.hardware.catalog import get_gpu
+from servelab.hardware.catalog import get_gpu, node_layout
 from servelab.sim.offline import prepare_workload
 from servelab.storage import check_writable_dir, write_atomic, write_json_atomic
 from servelab.sweep.plots import pareto_plot
@@ -108,7 +108,9 @@ def run_search(req: SearchRequest, echo: Callable[[str], None] = lambda _l: None
         if c.reason is not None:
             echo(f"{c.shape.label}: not simulated: {c.reason}")
     if evaluator is None:
-        evaluator = SimEvaluator(SimTarget(req.model, gpu.name, wl, req.slo, req.seed), req.workers)
+        sp = req.space
+        nodes = node_layout(sp.gpus_per_node, "infiniband") if sp.max_gpus > sp.gpus_per_node else None
+        evaluator = SimEvaluator(SimTarget(req.model, gpu.name, wl, req.slo, req.seed, nodes), req.workers)
     outcome = search(req.space, ceilings, evaluator, echo)
     run = SearchRun(outcome, traffic, req)
     if req.out is not None:

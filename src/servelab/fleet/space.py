@@ -5,7 +5,8 @@ ratios (the replica's shape, or one prefill/decode unit), then replicas (units) 
 budget and a router policy. Before anything is simulated, each shape
 is read by the planner at its ideal ceilings (datasheet peaks, no efficiency factor: every
 bound below is one a real or simulated engine cannot beat):
-- memory: the shape must fit (weights, activations, a KV pool for one max-length request);
+- memory: the shape must fit (weights, activations, a KV pool for one max-length request;
+  under expert parallelism, with the fewest DP ranks that fit, where its search starts);
 - TPOT: a token of one request alone takes at least one batch-1 decode step at zero context,
   so the percentile TPOT is at least that;
 - TTFT: a request's first token waits at least its own prefill, so the percentile TTFT is at
@@ -78,7 +79,9 @@ class SearchSpace:
                             if pd is not None and (pp > 1 or ep):
                                 continue
                             s = Shape(q, tp, pp, expert_parallel=ep, pd_ratio=pd, pd_link=self.pd_link)
-                            if tp <= self.gpus_per_node and s.gpus <= self.max_gpus:
+                            # an NVLink P/D unit lives in one node
+                            spans = pd is not None and self.pd_link == "nvlink" and s.gpus > self.gpus_per_node
+                            if tp <= self.gpus_per_node and s.gpus <= self.max_gpus and not spans:
                                 out.append(s)
         return out
 
@@ -142,8 +145,13 @@ def read_ceilings(model_name: str, gpu: GPUSpec, shape: Shape, traffic: Traffic,
                   slo_ms: dict[str, float], max_replicas: int) -> Ceilings:
     """The module docstring's bounds for `shape` at `traffic` under `slo_ms` (ttft, tpot)."""
     model = load_model(model_name, shape.quantization)
-    # EP's memory per GPU falls with its DP ranks: the budget's most is the bound's
-    args = shape.engine_args(max(1, max_replicas))
+    # EP's memory per GPU falls with its DP ranks: the fewest ranks that fit are where the
+    # search may start, and where the latency floors are lowest (the all-to-all grows with EP)
+    fit_from = 1
+    if shape.expert_parallel:
+        fit_from = next((r for r in range(1, max(1, max_replicas) + 1)
+                         if plan_memory(model, gpu, shape.engine_args(r)).fits), max(1, max_replicas))
+    args = shape.engine_args(fit_from)
     if model.heads % shape.tensor_parallel_size:
         return Ceilings(shape, False, f"{model.heads} attention heads do not split over TP "
                         f"{shape.tensor_parallel_size}", math.inf, math.inf, 0.0, 0)
@@ -159,7 +167,7 @@ def read_ceilings(model_name: str, gpu: GPUSpec, shape: Shape, traffic: Traffic,
     if shape.pd_ratio is not None:
         tok_s *= shape.pd_ratio[1]  # a P/D unit decodes on its D decode replicas
     need = traffic.rate_rps * traffic.mean_output_tokens
-    lo = max(1, math.ceil(need / tok_s)) if tok_s > 0 else max_replicas + 1
+    lo = max(fit_from, math.ceil(need / tok_s)) if tok_s > 0 else max_replicas + 1
     reason = None
     if "tpot" in slo_ms and tpot > slo_ms["tpot"]:
         reason = f"TPOT floor {tpot:.1f} ms (one request, batch 1) > SLO {slo_ms['tpot']:g} ms"

@@ -56,7 +56,7 @@ from servelab.metrics.scrape import SpecDecodeStats, combine_spec_decode, spec_d
 from servelab.metrics.summary import SummaryOptions, summarize
 from servelab.routing.records import RouteRequest
 from servelab.sim.cluster import Cluster
-from servelab.sim.engine import RequestRejected, SimEngine
+from servelab.sim.engine import RequestRejected, SimEngine, rejection_message
 from servelab.sim.scheduler import ScheduledStep
 from servelab.sim.setup import SimOptions, build_cluster, fit_token_ids, kv_transfer
 from servelab.sim.speculative import SpecCounters
@@ -143,7 +143,7 @@ class _Flight:
         self.rec = rec
         self.route = route
         self.replica = -1
-        self.admitted_s = 0.0  # when its (prefill) engine took it
+        self.admitted_s = 0.0  # when its engine took it; on a prefill replica, its first chunk ran
         self.times: list[float] = []
         self.chunks = 0  # SSE chunks that carried tokens (several tokens with speculation)
         self.engine_done = False  # the engine finished it; its last chunk may still wait
@@ -200,6 +200,9 @@ def _run(cluster: Cluster, requests: Sequence[OfflineRequest], intended_s: Seque
     steps = 0
     prefill_role = [cluster.is_prefill(k) for k in range(len(engines))]
     transfer = cluster.decode.transfer if cluster.decode is not None else None
+    link_free = [t0] * len(engines)
+    # the whole request must fit the decode replica, though the prefill sees max_tokens 1
+    decode_len = engines[-1].config.max_model_len if transfer is not None else 0
 
     def send(i: int, now: float, wait_ms: float) -> None:
         nonlocal seq
@@ -220,6 +223,11 @@ def _run(cluster: Cluster, requests: Sequence[OfflineRequest], intended_s: Seque
         pending[k] = (emitted, done)
         busy[k] = True
         steps += 1
+        if prefill_role[k]:
+            # a layer-wise transfer overlaps the prefill itself, timed from its first chunk
+            for r, n in zip(step.reqs, step.num_new):
+                if r.num_computed == n:
+                    flights[r.tag].admitted_s = now  # type: ignore[index, union-attr]
         heapq.heappush(heap, (now + dur, seq, _STEP_DONE, k))
         seq += 1
 
@@ -253,8 +261,10 @@ def _run(cluster: Cluster, requests: Sequence[OfflineRequest], intended_s: Seque
         fl = flights[i]
         assert fl is not None and transfer is not None
         cluster.finished(k, fl.route, None, None, True, now)
-        moved = transfer.seconds(len(requests[i].prompt_token_ids), now - fl.admitted_s)
-        heapq.heappush(heap, (now + moved, seq, _TRANSFERRED, i))
+        # one prefill replica's KV transfers share its links: one after another
+        start = max(now, link_free[k])
+        link_free[k] = start + transfer.seconds(len(requests[i].prompt_token_ids), now - fl.admitted_s)
+        heapq.heappush(heap, (link_free[k], seq, _TRANSFERRED, i))
         seq += 1
 
     def tokenize(i: int, k: int, now: float) -> None:
@@ -376,6 +386,10 @@ def _run(cluster: Cluster, requests: Sequence[OfflineRequest], intended_s: Seque
             k = fl.replica
             fl.admitted_s = now
             try:
+                if prefill_role[k]:
+                    n = len(req.prompt_token_ids)
+                    if n + req.output_len > decode_len or n >= decode_len:
+                        raise RequestRejected(rejection_message(n, req.output_len, decode_len))
                 engines[k].add(f"{id(fl)}-{req.index}", req.prompt_token_ids,
                                1 if prefill_role[k] else req.output_len, now, tag=arg)
             except RequestRejected as exc:
@@ -395,8 +409,13 @@ def _run(cluster: Cluster, requests: Sequence[OfflineRequest], intended_s: Seque
             req = requests[arg]
             d = cluster.route_decode(fl.route, now)
             fl.replica = d
-            engines[d].add(f"{id(fl)}-{req.index}", req.prompt_token_ids, req.output_len, now,
-                           tag=arg, preloaded_tokens=len(req.prompt_token_ids) - 1)
+            try:
+                engines[d].add(f"{id(fl)}-{req.index}", req.prompt_token_ids, req.output_len, now,
+                               tag=arg, preloaded_tokens=len(req.prompt_token_ids) - 1)
+            except RequestRejected as exc:
+                complete(arg, now, str(exc))
+                t_last = max(t_last, now)
+                continue
             if not busy[d]:
                 busy[d] = True
                 heapq.heappush(heap, (now, seq, _KICK, d))

@@ -20,7 +20,7 @@ from typing import Any
 from servelab.disaggregation import DisaggregatedConfig, KvTransfer, kv_link
 from servelab.hardware.catalog import NodeLayout, get_gpu
 from servelab.models import load_model
-from servelab.models.costs import kv_bytes_per_token
+from servelab.models.costs import kv_bytes_per_layer_token
 from servelab.sim.cluster import Cluster, DecodePool, NetworkCosts
 from servelab.sim.cost import Calibration, default_calibration
 from servelab.sim.engine import SimEngine, build_engine
@@ -100,8 +100,11 @@ def kv_transfer(model_name: str, quantization: str | None, gpu: str, args: Any,
                 pd: DisaggregatedConfig) -> KvTransfer:
     """The KV transfer between `pd`'s pools for this model and GPU."""
     model = load_model(model_name, quantization)
-    return KvTransfer(kv_bytes_per_token(model, args.kv_cache_dtype), model.layers,
-                      kv_link(pd.link, get_gpu(gpu)), min(pd.prefill.tp, pd.decode.tp), pd.layerwise)
+    ranks = min(pd.prefill.tp, pd.decode.tp)
+    # each rank moves its own KV: its heads' share, or whole where heads are replicated
+    # (fewer KV heads than ranks) and for MLA's latent, which TP does not split
+    moved = ranks * model.layers * kv_bytes_per_layer_token(model, args.kv_cache_dtype, ranks)
+    return KvTransfer(moved, model.layers, kv_link(pd.link, get_gpu(gpu)), ranks, pd.layerwise)
 
 
 def _pool(opts: SimOptions, args: Any, replicas: int, cal: Calibration) -> list[SimEngine]:

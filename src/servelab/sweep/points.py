@@ -4,7 +4,8 @@ Over-saturation (rate mode): in the second half of the arrival window, a server 
 up completes about as many requests as arrive (Little's law on a stationary queue); one that
 fell behind completes fewer and its queue grows until the arrivals stop. That count holds
 only while requests take less than half the window (the first half's p90 end-to-end
-latency); with longer requests (long outputs, short windows) completions trail arrivals on
+latency): the second half's completions then come from arrivals inside the window; with
+longer requests (long outputs, short windows) completions trail arrivals on
 any server, and the level is flagged only when TTFT doubled along the window. A level is flagged
 when completions in that half fall short of arrivals by more than `SATURATION_MARGIN`
 (with at least `MIN_ARRIVALS` arrivals to judge by) and the shortfall is beyond Poisson
@@ -51,7 +52,7 @@ def saturation_reason(records: Sequence[RequestRecord], result: BenchResult,
         return None
     early = [r.e2el_ms / 1e3 for r in measured
              if r.success and r.e2el_ms is not None and r.intended_send_s < start]
-    if early and float(np.percentile(early, 90)) > (end - start) / 2:
+    if early and float(np.percentile(early, 90)) > start:
         # Requests outlast half the window: completions in it trail its arrivals even on a
         # steady server, so only the queue's other sign, TTFT growing along it, can tell.
         growth = _ttft_growth(measured, start, end)

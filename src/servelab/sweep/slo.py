@@ -32,10 +32,12 @@ class Slo:
         return ", ".join(f"{m} p{self.percentile:g} <= {v:g} ms" for m, v in self.limits_ms)
 
 
-def parse_slo(items: Sequence[str], percentile: float) -> Slo:
-    """Parse ``--slo ttft:500 tpot:50`` (items may also be comma-separated)."""
+def parse_slo(items: Sequence[str], percentile: float,
+              percentile_flag: str = "--slo-percentile") -> Slo:
+    """Parse ``--slo ttft:500 tpot:50`` (items may also be comma-separated); errors name
+    `percentile_flag` for the percentile."""
     if not 0 < percentile <= 100:
-        raise ServelabError(f"--slo-percentile {percentile:g}: must be in (0, 100]")
+        raise ServelabError(f"{percentile_flag} {percentile:g}: must be in (0, 100]")
     parts = [p.strip() for item in items for p in item.split(",") if p.strip()]
     if not parts:
         raise ServelabError("--slo: give at least one METRIC:MS pair (ttft, tpot, e2el)")
