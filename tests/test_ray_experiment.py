@@ -2,7 +2,8 @@
 and three nodes with two fake GPUs each), started and stopped here: `servelab run --ray`
 gives the cells a local run gives, arms run on different nodes, a pipeline arm is placed
 across two nodes, an unplaceable arm is refused with what it asked for, `servelab probe
---ray` lists the nodes, and a node removed mid-run loses no cell and duplicates none."""
+--ray` lists the nodes, a node removed mid-run loses no cell and duplicates none, and tune,
+sweep and the capacity search give on the cluster what they give alone."""
 
 from __future__ import annotations
 
@@ -226,6 +227,27 @@ def test_sweep_levels_on_ray_follow_the_sequential_path(cluster: LocalCluster, t
     def files(d: Path) -> list[str]:
         return sorted(p.name for p in (d / "levels").glob("*.json"))
     assert files(tmp_path / "ray") == files(tmp_path / "alone")  # levels the search never took are not written
+
+
+def _search(*extra: str) -> tuple[dict, str]:
+    args = [sys.executable, "-m", "servelab", "plan", "--search", "--model", "Qwen/Qwen3-14B",
+            "--gpu", "L40S", "--rate", "6", "--slo", "ttft:2000", "tpot:60", "--max-gpus", "4",
+            "--num-prompts", "120", "--axis", "quantization=bf16,awq", "--axis",
+            "tensor_parallel_size=1,2", "--axis", "pipeline_parallel_size=1", "--workers", "1",
+            "--json", *extra]
+    p = subprocess.run(args, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout), p.stderr
+
+
+def test_plan_search_on_ray_gives_the_local_outcome(cluster: LocalCluster) -> None:
+    """The capacity search's simulations as Ray tasks: the same deployments in the same
+    order with the same figures, the same winner."""
+    alone, log_alone = _search()
+    on_ray, log_ray = _search("--ray", cluster.address)
+    assert "deployments at once" in log_ray and "deployments at once" not in log_alone
+    assert on_ray["evaluations"] == alone["evaluations"] and len(alone["evaluations"]) >= 2
+    assert on_ray["winner"] == alone["winner"] is not None
 
 
 def test_bench_with_ray_workers_splits_one_schedule_over_nodes(cluster: LocalCluster, token_server,

@@ -169,6 +169,7 @@ def plan_command(
     seed: int = typer.Option(0, "--seed", help="--search: workload and simulator seed."),
     workers: Optional[int] = typer.Option(None, "--workers", help="--search: simulations at once, in processes (default: the CPUs, at most 8); the outcome does not depend on it."),
     out: Optional[Path] = typer.Option(None, "--out", help="--search: folder for search.json, search.html, front.png, winner.yaml."),
+    ray: Optional[str] = typer.Option(None, "--ray", help="--search: simulate on this Ray cluster (HOST:PORT or auto), one CPU per deployment; the same outcome (needs servelab[ray])."),
 ) -> None:
     """Plan vLLM's memory budget, KV pool, maximum concurrency and decode ceilings (per GPU);
     with --search, find the fewest GPUs that meet an SLO at a rate."""
@@ -180,7 +181,7 @@ def plan_command(
         search_command(model=model, gpu=gpu, rate=rate, slo=list(slo or []), percentile=percentile,
                        max_gpus=max_gpus, gpus_per_node=gpus_per_node, axis=list(axis or []),
                        workload=workload, pd_link=pd_link, num_prompts=num_prompts, seed=seed, workers=workers,
-                       out=out, json_out=json_out)
+                       out=out, json_out=json_out, ray=ray)
         return
     base: dict[str, Any] = {
         "model": model, "gpu": gpu, "quantization": quantization,

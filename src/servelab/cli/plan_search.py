@@ -14,6 +14,7 @@ from rich.console import Console
 from servelab.cli.output import make_console
 from servelab.errors import ServelabError
 from servelab.experiment.specfile import load_spec
+from servelab.fleet.evaluate import SimTarget
 from servelab.fleet.request import SearchRequest, SearchRun, run_search, summary
 from servelab.fleet.space import SearchSpace
 from servelab.sweep.slo import parse_slo
@@ -93,7 +94,8 @@ def workload_dataset(workload: str | None, num_prompts: int) -> DatasetOptions:
 def search_command(*, model: str, gpu: str, rate: float | None, slo: list[str], percentile: float,
                    max_gpus: int | None, gpus_per_node: int, axis: list[str], workload: str | None,
                    pd_link: str,
-                   num_prompts: int | None, seed: int, workers: int | None, out: Path | None, json_out: bool) -> None:
+                   num_prompts: int | None, seed: int, workers: int | None, out: Path | None, json_out: bool,
+                   ray: str | None = None) -> None:
     """Parse `plan --search`'s flags, search, print the table, the front and the winner."""
     if rate is None or max_gpus is None or not slo:
         raise ServelabError("--search needs --rate REQ_PER_S, --slo ttft:MS tpot:MS and --max-gpus N")
@@ -106,7 +108,17 @@ def search_command(*, model: str, gpu: str, rate: float | None, slo: list[str], 
                         dataset=workload_dataset(workload, num_prompts or 1), seed=seed,
                         workers=workers, out=out, num_prompts=num_prompts)
     err = make_console(stderr=True)
-    run = run_search(req, echo=lambda line: err.print(line, highlight=False, markup=False))
+    make = None
+    if ray is not None:
+        # Ray is an optional extra: imported only when asked for
+        from servelab.distributed.raysearch import RayEvaluator
+
+        def make(target: SimTarget) -> RayEvaluator:
+            ev = RayEvaluator(ray, target)
+            err.print(f"simulating on the Ray cluster at {ray}: up to {ev.width} deployments at once",
+                      highlight=False, markup=False)
+            return ev
+    run = run_search(req, echo=lambda line: err.print(line, highlight=False, markup=False), evaluator=make)
     if json_out:
         typer.echo(json.dumps(summary(run), indent=1, default=float))
         return

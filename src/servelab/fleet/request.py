@@ -86,8 +86,10 @@ class SearchRun:
 
 
 def run_search(req: SearchRequest, echo: Callable[[str], None] = lambda _l: None,
-               evaluator: Evaluator | None = None) -> SearchRun:
-    """Prepare the traffic, read every shape's ceilings, search, write the files."""
+               evaluator: Callable[[SimTarget], Evaluator] | None = None) -> SearchRun:
+    """Prepare the traffic, read every shape's ceilings, search, write the files;
+    `evaluator` makes what simulates the deployments from their shared target (default:
+    `SimEvaluator` in `req.workers` processes)."""
     req.check()
     arrivals = ArrivalOptions(request_rate=req.rate_rps)
     n = req.num_prompts
@@ -107,11 +109,11 @@ def run_search(req: SearchRequest, echo: Callable[[str], None] = lambda _l: None
     for c in ceilings:
         if c.reason is not None:
             echo(f"{c.shape.label}: not simulated: {c.reason}")
-    if evaluator is None:
-        sp = req.space
-        nodes = node_layout(sp.gpus_per_node, "infiniband") if sp.max_gpus > sp.gpus_per_node else None
-        evaluator = SimEvaluator(SimTarget(req.model, gpu.name, wl, req.slo, req.seed, nodes), req.workers)
-    outcome = search(req.space, ceilings, evaluator, echo)
+    sp = req.space
+    nodes = node_layout(sp.gpus_per_node, "infiniband") if sp.max_gpus > sp.gpus_per_node else None
+    target = SimTarget(req.model, gpu.name, wl, req.slo, req.seed, nodes)
+    ev = evaluator(target) if evaluator is not None else SimEvaluator(target, req.workers)
+    outcome = search(req.space, ceilings, ev, echo)
     run = SearchRun(outcome, traffic, req)
     if req.out is not None:
         write_files(run, req.out)
