@@ -43,7 +43,7 @@ def main() -> None:
                          [r.output_len for r in wl.requests], slo.percentile)
     ceil = [read_ceilings(MODEL, get_gpu(GPU), s, traffic, dict(slo.limits_ms), space.max_replicas(s))
             for s in space.shapes()]
-    ev = SimEvaluator(SimTarget(MODEL, GPU, wl, slo, 0), a.workers)
+    ev = SimEvaluator(SimTarget(MODEL, GPU, wl, slo, 0, round(traffic.mean_context_tokens)), a.workers)
     print(f"{MODEL} on {GPU}, ShareGPT at {a.rate:g} req/s ({n} requests), {slo.describe()}, "
           f"<= {a.max_gpus} GPUs, {a.workers} worker processes")
     t = time.perf_counter()

@@ -172,6 +172,6 @@ def test_a_deployment_that_does_not_start_fails_its_evaluation_with_the_reason()
 
     wl = prepare_workload(DatasetOptions(dataset_name="random", random_input_len=16,
                                          random_output_len=4, num_prompts=4), 0, ArrivalOptions())
-    target = SimTarget("Qwen/Qwen3-235B-A22B", "H200", wl, parse_slo(["tpot:50"], 99.0), 0)
+    target = SimTarget("Qwen/Qwen3-235B-A22B", "H200", wl, parse_slo(["tpot:50"], 99.0), 0, 18)
     e = evaluate_one(target, Deployment(Shape(None, 1, expert_parallel=True), 1))
     assert not e.meets_slo and e.failed_why.startswith("does not start:")

@@ -104,17 +104,17 @@ def test_pareto_front_keeps_only_undominated_passing_points():
         return Evaluation(Deployment(Shape(None, label_tp)), ok, 1, 1, 1, per_user_tpot, out_tok_s, 1,
                           None, "memory")
     a, b, c, d = e(1, 10.0, 100.0), e(2, 5.0, 120.0), e(4, 8.0, 50.0), e(8, 2.0, 999.0, ok=False)
-    # a: 100 tok/s/user, 100 tok/s/GPU; b: 200, 60; c: 125, 12.5 (dominated by a? no: faster per
-    # user than a but slower per GPU than b and a) -> front b (200), c? c has 125/user < b's 200
-    # and 12.5/GPU < b's 60: dominated. d breaks the SLO.
+    # tokens/s per user, per GPU: a 100, 100; b 200, 60; c 125, 12.5 (b is faster on both:
+    # dominated); d breaks the SLO. The front, fastest per user first: b, then a.
     assert pareto_front([a, b, c, d]) == [b, a]
 
 
 def test_the_window_is_three_longest_latencies_the_slo_allows():
     slo = parse_slo(["ttft:500", "tpot:50"], 99.0)
-    lens = list(range(1, 1001))  # p99 output: 991 tokens (index 990)
-    # 0.5 s + 991 x 50 ms = 50.05 s; x3 = 150.15 s at 10 req/s -> 1,502 requests
-    assert window_prompts(10.0, lens, slo) == 1502
+    lens = list(range(1, 1001))
+    # nearest rank: the p99 of 1..1000 is 990 tokens; 0.5 s + 990 x 50 ms = 50.0 s, x3 = 150 s
+    # at 10 req/s -> 1,500 requests
+    assert window_prompts(10.0, lens, slo) == 1500
     assert window_prompts(10.0, [10] * 100, slo) == 600  # at least 60 s of arrivals
     assert window_prompts(2.0, lens, parse_slo(["e2el:30000"], 99.0)) == 180
 
@@ -131,7 +131,7 @@ def test_ceilings_rule_out_a_tpot_floor_and_start_replicas_at_the_rate():
     assert ok.reason is None
     assert ok.min_replicas == max(1, -(-int(40 * 200) // int(ok.replica_tok_s)))
     wide = read_ceilings("Qwen/Qwen3-14B", gpu, Shape(None, 3), traffic, {}, 8)
-    assert not wide.runs and "do not split" in wide.reason
+    assert not wide.runs and "must be divisible by tensor parallel size (3)" in wide.reason
 
 
 def test_on_the_simulator_the_search_picks_the_brute_force_winner():
@@ -142,9 +142,9 @@ def test_on_the_simulator_the_search_picks_the_brute_force_winner():
     ds = DatasetOptions(dataset_name="random", random_input_len=256, random_output_len=64,
                         random_range_ratio=0.5, num_prompts=240)
     wl = prepare_workload(ds, 0, ArrivalOptions(request_rate=12.0))
-    target = SimTarget("Qwen/Qwen3-14B", "L40S", wl, slo, 0)
     traffic = Traffic.of(12.0, [len(r.prompt_token_ids) for r in wl.requests],
                          [r.output_len for r in wl.requests], 90.0)
+    target = SimTarget("Qwen/Qwen3-14B", "L40S", wl, slo, 0, round(traffic.mean_context_tokens))
     ceil = [read_ceilings("Qwen/Qwen3-14B", get_gpu("L40S"), s, traffic, dict(slo.limits_ms),
                           space.max_replicas(s)) for s in space.shapes()]
     outcome = search(space, ceil, SimEvaluator(target))
@@ -214,7 +214,7 @@ def test_pd_units_and_ep_shapes_become_the_simulators_deployments_and_spec_arms(
     opts = d.sim_options("Qwen/Qwen3-30B-A3B", "H200")
     assert opts.replicas == 1 and opts.disaggregated is not None
     assert (opts.disaggregated.prefill.replicas, opts.disaggregated.decode.replicas) == (2, 6)
-    assert opts.disaggregated.link == "infiniband" and opts.gpus == d.gpus == 16
+    assert opts.disaggregated.link == "infiniband" and opts.disaggregated.gpus == d.gpus == 16
     arm = d.arm_spec()
     assert arm.disaggregated == opts.disaggregated and arm.routing == "least_requests"
     ep = Deployment(next(s for s in space.shapes() if s.expert_parallel), 4)

@@ -217,6 +217,14 @@ def test_pools_wider_than_one_gpu_start_where_one_gpu_would_not(tmp_path: Path) 
     assert cell is not None and cell.result.completed == 24  # 70B bf16 fits two H200s, not one
 
 
+def test_a_disaggregated_arm_keeps_its_replicas_in_its_pools(tmp_path: Path) -> None:
+    path = tmp_path / "spec.yaml"
+    path.write_text(SPEC.format(engine="sim").replace(
+        "  - name: split\n", "  - name: split\n    replicas: 2\n"))
+    with pytest.raises(ServelabError, match=r"arms\[1\].disaggregated: replicas and TP are set per pool"):
+        load_spec(path)
+
+
 def test_a_disaggregated_arm_needs_the_offline_simulator(tmp_path: Path) -> None:
     path = tmp_path / "spec.yaml"
     path.write_text(SPEC.format(engine="sim").replace("hardware:", "sim: {mode: online}\nhardware:"))
@@ -229,7 +237,7 @@ def test_sim_run_refuses_replicas_with_disaggregated() -> None:
     res = subprocess.run([sys.executable, "-m", "servelab", "sim", "run", "--model", "Qwen/Qwen3-0.6B",
                           "--gpu", "H200", "--num-prompts", "4", "--replicas", "2",
                           "--disaggregated", pd], capture_output=True, text=True, timeout=120)
-    assert res.returncode == 2 and "--disaggregated sets replicas and TP per pool" in res.stderr
+    assert res.returncode == 2 and "--disaggregated: replicas and TP are set per pool" in res.stderr
     bad = subprocess.run([sys.executable, "-m", "servelab", "sim", "run", "--model", "Qwen/Qwen3-0.6B",
                           "--gpu", "H200", "--num-prompts", "4", "--disaggregated",
                           '{"prefill": {"replicas": 1}, "decode": {"replicas": 1}, "link": "carrier-pigeon"}'],

@@ -69,6 +69,19 @@ class DisaggregatedConfig(BaseModel):
     def gpus(self) -> int:
         return self.prefill.gpus + self.decode.gpus
 
+    @staticmethod
+    def conflict(replicas: int, tensor_parallel_size: int, pipeline_parallel_size: int,
+                 speculative: bool) -> str | None:
+        """What a disaggregated deployment may not also set on itself (None: nothing): its
+        pools carry the replicas and TP; PP and speculative decoding are not simulated with
+        them."""
+        if replicas != 1 or tensor_parallel_size != 1 or pipeline_parallel_size != 1:
+            return ("replicas and TP are set per pool (prefill, decode): the deployment's own "
+                    "replicas, TP and PP stay 1")
+        if speculative:
+            return "speculative decoding is not simulated with disaggregation"
+        return None
+
     def describe(self) -> str:
         return (f"{self.prefill.replicas}P (TP{self.prefill.tp}) : {self.decode.replicas}D "
                 f"(TP{self.decode.tp}) over {self.link}" + (", layer-wise" if self.layerwise else ""))

@@ -124,11 +124,11 @@ def engine_options(*, model: str, gpu: str, quantization: str | None, max_num_se
     if expert_skew and not enable_expert_parallel:
         raise ServelabError("--expert-skew needs --enable-expert-parallel")
     pd = disaggregated_options(disaggregated)
-    if pd is not None and (replicas != 1 or tensor_parallel_size != 1 or pipeline_parallel_size != 1
-                           or speculative is not None):
-        raise ServelabError("--disaggregated sets replicas and TP per pool: leave --replicas, "
-                            "--tensor-parallel-size and --pipeline-parallel-size at 1, without "
-                            "--speculative-config")
+    clash = pd.conflict(replicas, tensor_parallel_size, pipeline_parallel_size,
+                        speculative is not None) if pd is not None else None
+    if clash is not None:
+        raise ServelabError(f"--disaggregated: {clash} (--replicas, --tensor-parallel-size, "
+                            "--pipeline-parallel-size, --speculative-config)")
     return SimOptions(model=model, gpu=gpu, quantization=quantization, engine_args=args,
                       replicas=replicas, router_policy=router_policy, calibration=cal,
                       async_scheduling=async_scheduling, profile=prof, speculative=speculative,

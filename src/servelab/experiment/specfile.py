@@ -137,11 +137,10 @@ def _arm(spec: ExperimentSpec, i: int) -> Iterator[Problem]:
         elif spec.sim.mode != "offline":
             yield ("arms", i, "disaggregated"), ("disaggregated arms run on the offline simulator "
                                                  "(sim.mode offline): sim serve has no P/D proxy")
-        if arm.replicas != 1 or arm.tensor_parallel_size != 1 or arm.pipeline_parallel_size != 1:
-            yield ("arms", i, "disaggregated"), ("set replicas and TP in disaggregated.prefill and "
-                                                 ".decode; the arm's replicas, TP and PP stay 1")
-        if arm.speculative is not None:
-            yield ("arms", i, "disaggregated"), "speculative decoding is not simulated with disaggregation"
+        clash = arm.disaggregated.conflict(arm.replicas, arm.tensor_parallel_size,
+                                           arm.pipeline_parallel_size, arm.speculative is not None)
+        if clash is not None:
+            yield ("arms", i, "disaggregated"), clash
     if arm.args.get("enable_expert_parallel") and arm.replicas > 1 and spec.engine in ("vllm", "sglang"):
         yield ("arms", i, "replicas"), (
             "expert parallelism over DP ranks runs in one engine (vLLM's --data-parallel-size), "

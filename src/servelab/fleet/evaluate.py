@@ -31,13 +31,14 @@ from servelab.sweep.slo import Slo, SloLevel, breaches
 @dataclass(frozen=True, slots=True)
 class SimTarget:
     """What every evaluation shares: model and GPU (catalog names), the prepared traffic,
-    the SLO and the simulator's seed."""
+    the SLO, the simulator's seed and how GPUs sit in nodes."""
 
     model: str
     gpu: str
     workload: PreparedWorkload
     slo: Slo
     seed: int
+    context_tokens: int  # a decoding request's mean context (`Traffic.mean_context_tokens`)
     nodes: NodeLayout | None = None  # None: every deployment within one node
 
 
@@ -69,15 +70,13 @@ def evaluate_one(target: SimTarget, d: Deployment) -> Evaluation:
 
 def _binding(target: SimTarget, d: Deployment, rps: float, e2el_ms: float) -> str:
     """The planner's binding ceiling at the concurrency the run held (Little's law)."""
-    reqs = target.workload.requests
-    context = int(sum(len(r.prompt_token_ids) + r.output_len / 2 for r in reqs) / len(reqs))
     concurrency = max(1, round(rps * e2el_ms / 1e3))
     s = d.shape
     # a P/D deployment's decode pool is where the concurrency sits
     copies = d.replicas * (s.pd_ratio[1] if s.pd_ratio else 1)
     args = s.engine_args(d.replicas).model_copy(update={"data_parallel_size": copies})
     arm = Arm(d.label, load_model(target.model, s.quantization), get_gpu(target.gpu), args)
-    return read_arm(arm, concurrency, context).binding
+    return read_arm(arm, concurrency, target.context_tokens).binding
 
 
 class SimEvaluator:

@@ -20,7 +20,7 @@ import yaml
 from servelab.errors import ServelabError
 from servelab.fleet.evaluate import SimEvaluator, SimTarget
 from servelab.fleet.search import Evaluation, Evaluator, SearchOutcome, search
-from servelab.fleet.space import Ceilings, SearchSpace, Traffic, read_ceilings
+from servelab.fleet.space import Ceilings, SearchSpace, Traffic, nearest_rank, read_ceilings
 from servelab.hardware.catalog import get_gpu, node_layout
 from servelab.sim.offline import prepare_workload
 from servelab.storage import check_writable_dir, write_atomic, write_json_atomic
@@ -58,22 +58,23 @@ PROBE_PROMPTS = 1000
 MIN_WINDOW_S = 60.0
 WINDOW_LATENCIES = 3.0
 MAX_PROMPTS = 200_000
+SLOW_TPOT_MS = 100.0  # without a TPOT (or e2el) SLO: a slow decode, 10 tokens/s, sizes the window
 
 
 def window_prompts(rate_rps: float, output_lens: list[int], slo: Slo) -> int:
     """Requests for an arrival window long enough to tell a deployment that keeps up from one
     whose queue grows: three times the longest end-to-end latency a request meeting the SLO
     can have (e2el's SLO, else TTFT's plus the percentile output length at TPOT's; a
-    request slower than that breaks the SLO anyway), at least a minute of arrivals.
+    request slower than that breaks the SLO anyway; without either, `SLOW_TPOT_MS` per output
+    token), at least a minute of arrivals.
     A shorter window lets an overloaded deployment finish inside it before its batch
     stops growing, and the count of completions in its second half then means nothing."""
     limits = dict(slo.limits_ms)
     if "e2el" in limits:
         longest_ms = limits["e2el"]
     else:
-        ordered = sorted(output_lens)
-        k = min(len(ordered) - 1, int(slo.percentile / 100 * len(ordered)))
-        longest_ms = limits.get("ttft", 0.0) + ordered[k] * limits.get("tpot", 100.0)
+        longest_ms = (limits.get("ttft", 0.0)
+                      + nearest_rank(output_lens, slo.percentile) * limits.get("tpot", SLOW_TPOT_MS))
     window_s = max(MIN_WINDOW_S, WINDOW_LATENCIES * longest_ms / 1e3)
     return min(MAX_PROMPTS, max(1, round(rate_rps * window_s)))
 
@@ -111,7 +112,8 @@ def run_search(req: SearchRequest, echo: Callable[[str], None] = lambda _l: None
             echo(f"{c.shape.label}: not simulated: {c.reason}")
     sp = req.space
     nodes = node_layout(sp.gpus_per_node, "infiniband") if sp.max_gpus > sp.gpus_per_node else None
-    target = SimTarget(req.model, gpu.name, wl, req.slo, req.seed, nodes)
+    target = SimTarget(req.model, gpu.name, wl, req.slo, req.seed,
+                       round(traffic.mean_context_tokens), nodes)
     ev = evaluator(target) if evaluator is not None else SimEvaluator(target, req.workers)
     outcome = search(req.space, ceilings, ev, echo)
     run = SearchRun(outcome, traffic, req)

@@ -92,15 +92,19 @@ class SearchOutcome:
     """Everything simulated, every shape ruled out unsimulated, the winner and the front."""
 
     evaluations: list[Evaluation]
-    ruled_out: list[Ceilings]
     ceilings: list[Ceilings]
-    grid_size: int
+    grid_size: int  # the deployments a brute-force grid simulates (`grid`)
     winner: Evaluation | None = None
     front: list[Evaluation] = field(default_factory=list)
 
     @property
     def simulations(self) -> int:
         return len(self.evaluations)
+
+    @property
+    def ruled_out(self) -> list[Ceilings]:
+        """The shapes the planner's ceilings kept from being simulated."""
+        return [c for c in self.ceilings if c.reason is not None]
 
 
 @dataclass(slots=True)
@@ -134,8 +138,7 @@ class _ShapeSearch:
 def search(space: SearchSpace, ceilings: Sequence[Ceilings], evaluator: Evaluator,
            echo: Callable[[str], None] = lambda _line: None) -> SearchOutcome:
     """Run the module docstring's search over `ceilings` (one per shape of `space`)."""
-    outcome = SearchOutcome([], [c for c in ceilings if c.reason is not None], list(ceilings),
-                            space.grid_size)
+    outcome = SearchOutcome([], list(ceilings), len(grid(space, ceilings)))
     seen: dict[Deployment, Evaluation] = {}
 
     def run(batch: list[Deployment]) -> None:

@@ -20,6 +20,7 @@ its search over replicas starts.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -30,7 +31,7 @@ from servelab.fleet.deployment import DEFAULT_POLICY, Shape
 from servelab.hardware.catalog import GPUSpec
 from servelab.models import load_model
 from servelab.models.geometry import ModelGeometry
-from servelab.plan import plan_memory
+from servelab.plan import EngineArgs, plan_memory
 from servelab.plan.roofline import decode_ceiling_tok_s, decode_step, prefill_time_s
 from servelab.routing.policies import POLICY_NAMES
 
@@ -69,20 +70,18 @@ class SearchSpace:
 
     def shapes(self) -> list[Shape]:
         """Every replica shape (or P/D unit) with vLLM's default limits that fits the GPU
-        budget and a node (P/D with PP 1 and without EP, as the simulator takes it)."""
+        budget and a node (P/D with PP 1 and without EP, as the simulator takes it; an
+        NVLink P/D unit within one node)."""
         out = []
-        for q in self.quantizations:
-            for tp in self.tensor_parallel_sizes:
-                for pp in self.pipeline_parallel_sizes:
-                    for ep in self.expert_parallel:
-                        for pd in self.pd_ratios:
-                            if pd is not None and (pp > 1 or ep):
-                                continue
-                            s = Shape(q, tp, pp, expert_parallel=ep, pd_ratio=pd, pd_link=self.pd_link)
-                            # an NVLink P/D unit lives in one node
-                            spans = pd is not None and self.pd_link == "nvlink" and s.gpus > self.gpus_per_node
-                            if tp <= self.gpus_per_node and s.gpus <= self.max_gpus and not spans:
-                                out.append(s)
+        for q, tp, pp, ep, pd in itertools.product(
+                self.quantizations, self.tensor_parallel_sizes, self.pipeline_parallel_sizes,
+                self.expert_parallel, self.pd_ratios):
+            if pd is not None and (pp > 1 or ep):
+                continue
+            s = Shape(q, tp, pp, expert_parallel=ep, pd_ratio=pd, pd_link=self.pd_link)
+            spans = pd is not None and self.pd_link == "nvlink" and s.gpus > self.gpus_per_node
+            if tp <= self.gpus_per_node and s.gpus <= self.max_gpus and not spans:
+                out.append(s)
         return out
 
     def knob_variants(self, shape: Shape) -> list[Shape]:
@@ -92,17 +91,6 @@ class SearchSpace:
 
     def max_replicas(self, shape: Shape) -> int:
         return self.max_gpus // shape.gpus
-
-    @property
-    def grid_size(self) -> int:
-        """Deployments a brute-force grid would simulate (every shape, limits, replica count
-        and, above one replica, policy; before any planner check)."""
-        knobs = len(self.max_num_seqs) * len(self.max_num_batched_tokens)
-        total = 0
-        for s in self.shapes():
-            r = self.max_replicas(s)
-            total += knobs * (1 + max(0, r - 1) * len(self.router_policies))
-        return total
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,16 +108,25 @@ class Traffic:
            percentile: float) -> Traffic:
         if not prompt_lens:
             raise ServelabError("the workload has no requests")
-        ordered = sorted(prompt_lens)
-        k = min(len(ordered) - 1, max(0, math.ceil(percentile / 100 * len(ordered)) - 1))
         return cls(rate_rps, sum(prompt_lens) / len(prompt_lens),
-                   sum(output_lens) / len(output_lens), ordered[k])
+                   sum(output_lens) / len(output_lens), nearest_rank(prompt_lens, percentile))
+
+    @property
+    def mean_context_tokens(self) -> float:
+        """Context a decoding request holds on average: its prompt and half its output."""
+        return self.mean_prompt_tokens + self.mean_output_tokens / 2
+
+
+def nearest_rank(values: Sequence[int], percentile: float) -> int:
+    """The nearest-rank percentile of `values` (a value that occurs in them)."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(percentile / 100 * len(ordered)) - 1))]
 
 
 @dataclass(frozen=True, slots=True)
 class Ceilings:
     """A shape's planner reading: `runs` False when vLLM could not serve it at all (it does
-    not fit, heads or layers do not split); `reason` None when it may meet the SLO (then
+    not fit, heads or layers do not split: the planner's reason); `reason` None when it may meet the SLO (then
     `min_replicas` is where the search starts); the bounds in ms and tok/s."""
 
     shape: Shape
@@ -152,18 +149,12 @@ def read_ceilings(model_name: str, gpu: GPUSpec, shape: Shape, traffic: Traffic,
         fit_from = next((r for r in range(1, max(1, max_replicas) + 1)
                          if plan_memory(model, gpu, shape.engine_args(r)).fits), max(1, max_replicas))
     args = shape.engine_args(fit_from)
-    if model.heads % shape.tensor_parallel_size:
-        return Ceilings(shape, False, f"{model.heads} attention heads do not split over TP "
-                        f"{shape.tensor_parallel_size}", math.inf, math.inf, 0.0, 0)
-    if shape.pipeline_parallel_size > model.layers:
-        return Ceilings(shape, False, f"PP {shape.pipeline_parallel_size} exceeds {model.layers} layers",
-                        math.inf, math.inf, 0.0, 0)
     mem = plan_memory(model, gpu, args)
-    if not mem.fits:
-        return Ceilings(shape, False, f"does not fit: {mem.reason}", math.inf, math.inf, 0.0, 0)
+    if not mem.fits:  # vLLM would not start it (memory, or heads or layers that do not split)
+        return Ceilings(shape, False, mem.reason, math.inf, math.inf, 0.0, 0)
     tpot = 1e3 / decode_ceiling_tok_s(model, gpu, args, 0)
     ttft = prefill_time_s(model, gpu, args, traffic.percentile_prompt_tokens) * 1e3
-    tok_s = _replica_tok_s(model, gpu, shape, mem.kv_cache_tokens, mem.max_num_seqs, traffic)
+    tok_s = _replica_tok_s(model, gpu, args, mem.kv_cache_tokens, mem.max_num_seqs, traffic)
     if shape.pd_ratio is not None:
         tok_s *= shape.pd_ratio[1]  # a P/D unit decodes on its D decode replicas
     need = traffic.rate_rps * traffic.mean_output_tokens
@@ -180,11 +171,10 @@ def read_ceilings(model_name: str, gpu: GPUSpec, shape: Shape, traffic: Traffic,
     return Ceilings(shape, True, reason, tpot, ttft, tok_s, lo)
 
 
-def _replica_tok_s(model: ModelGeometry, gpu: GPUSpec, shape: Shape, kv_tokens: int,
+def _replica_tok_s(model: ModelGeometry, gpu: GPUSpec, args: EngineArgs, kv_tokens: int,
                    max_num_seqs: int, traffic: Traffic) -> float:
-    context = traffic.mean_prompt_tokens + traffic.mean_output_tokens / 2
+    context = traffic.mean_context_tokens
     batch = max(1, min(max_num_seqs, int(kv_tokens // max(1.0, context))))
-    step = decode_step(model, gpu, shape.engine_args().model_copy(
-        update={"enable_expert_parallel": False}), batch, int(context))
+    step = decode_step(model, gpu, args, batch, int(context))
     # PP keeps pp micro-batches in flight: a stage's time per token batch, not the pass's.
     return batch / max(step.total_s, 1e-12)

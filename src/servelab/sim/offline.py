@@ -137,13 +137,15 @@ def _spec_delta(before: list[SpecCounters] | None,
 
 
 class _Flight:
-    __slots__ = ("rec", "route", "replica", "times", "chunks", "engine_done", "admitted_s")
+    __slots__ = ("rec", "route", "replica", "times", "chunks", "engine_done", "prefill_started",
+                 "prefill_start_s")
 
     def __init__(self, rec: RequestRecord, route: RouteRequest) -> None:
         self.rec = rec
         self.route = route
         self.replica = -1
-        self.admitted_s = 0.0  # when its engine took it; on a prefill replica, its first chunk ran
+        self.prefill_started = False  # a P/D prefill replica has run its first chunk
+        self.prefill_start_s = 0.0    # ... at this time (a layer-wise transfer overlaps from it)
         self.times: list[float] = []
         self.chunks = 0  # SSE chunks that carried tokens (several tokens with speculation)
         self.engine_done = False  # the engine finished it; its last chunk may still wait
@@ -225,9 +227,10 @@ def _run(cluster: Cluster, requests: Sequence[OfflineRequest], intended_s: Seque
         steps += 1
         if prefill_role[k]:
             # a layer-wise transfer overlaps the prefill itself, timed from its first chunk
-            for r, n in zip(step.reqs, step.num_new):
-                if r.num_computed == n:
-                    flights[r.tag].admitted_s = now  # type: ignore[index, union-attr]
+            for r in step.reqs:
+                fl = flights[r.tag]  # type: ignore[index]
+                if not fl.prefill_started:  # type: ignore[union-attr]
+                    fl.prefill_started, fl.prefill_start_s = True, now  # type: ignore[union-attr]
         heapq.heappush(heap, (now + dur, seq, _STEP_DONE, k))
         seq += 1
 
@@ -263,9 +266,28 @@ def _run(cluster: Cluster, requests: Sequence[OfflineRequest], intended_s: Seque
         cluster.finished(k, fl.route, None, None, True, now)
         # one prefill replica's KV transfers share its links: one after another
         start = max(now, link_free[k])
-        link_free[k] = start + transfer.seconds(len(requests[i].prompt_token_ids), now - fl.admitted_s)
+        link_free[k] = start + transfer.seconds(len(requests[i].prompt_token_ids), now - fl.prefill_start_s)
         heapq.heappush(heap, (link_free[k], seq, _TRANSFERRED, i))
         seq += 1
+
+    def enter(i: int, k: int, now: float, max_tokens: int, preloaded: int = 0) -> None:
+        """Request i enters replica k's engine (or is refused with vLLM's 400); an idle
+        engine starts after every other event of this instant (same-time arrivals batch)."""
+        nonlocal seq, t_last
+        fl = flights[i]
+        assert fl is not None
+        req = requests[i]
+        try:
+            engines[k].add(f"{id(fl)}-{req.index}", req.prompt_token_ids, max_tokens, now,
+                           tag=i, preloaded_tokens=preloaded)
+        except RequestRejected as exc:
+            complete(i, now, str(exc))
+            t_last = max(t_last, now)
+            return
+        if not busy[k]:
+            busy[k] = True
+            heapq.heappush(heap, (now, seq, _KICK, k))
+            seq += 1
 
     def tokenize(i: int, k: int, now: float) -> None:
         """Request i queues for replica k's tokenizer worker, then enters the engine."""
@@ -384,42 +406,25 @@ def _run(cluster: Cluster, requests: Sequence[OfflineRequest], intended_s: Seque
                     tokenize(arg, k, now)
                     continue
             k = fl.replica
-            fl.admitted_s = now
-            try:
-                if prefill_role[k]:
-                    n = len(req.prompt_token_ids)
-                    if n + req.output_len > decode_len or n >= decode_len:
-                        raise RequestRejected(rejection_message(n, req.output_len, decode_len))
-                engines[k].add(f"{id(fl)}-{req.index}", req.prompt_token_ids,
-                               1 if prefill_role[k] else req.output_len, now, tag=arg)
-            except RequestRejected as exc:
-                complete(arg, now, str(exc))
-                t_last = max(t_last, now)
-                continue
-            if not busy[k]:
-                # Start after every other event of this instant (same-time arrivals batch).
-                busy[k] = True
-                heapq.heappush(heap, (now, seq, _KICK, k))
-                seq += 1
+            if prefill_role[k]:
+                # the proxy asks the prefill replica for one token; the whole request must
+                # still fit the decode replica
+                n = len(req.prompt_token_ids)
+                if n + req.output_len > decode_len or n >= decode_len:
+                    complete(arg, now, rejection_message(n, req.output_len, decode_len))
+                    t_last = max(t_last, now)
+                    continue
+                enter(arg, k, now, 1)
+            else:
+                enter(arg, k, now, req.output_len)
         elif kind == _TRANSFERRED:
             # the KV is at the decode pool: a decode replica takes the request, its prompt
             # computed but for the last token
             fl = flights[arg]
             assert fl is not None
             req = requests[arg]
-            d = cluster.route_decode(fl.route, now)
-            fl.replica = d
-            try:
-                engines[d].add(f"{id(fl)}-{req.index}", req.prompt_token_ids, req.output_len, now,
-                               tag=arg, preloaded_tokens=len(req.prompt_token_ids) - 1)
-            except RequestRejected as exc:
-                complete(arg, now, str(exc))
-                t_last = max(t_last, now)
-                continue
-            if not busy[d]:
-                busy[d] = True
-                heapq.heappush(heap, (now, seq, _KICK, d))
-                seq += 1
+            fl.replica = cluster.route_decode(fl.route, now)
+            enter(arg, fl.replica, now, req.output_len, len(req.prompt_token_ids) - 1)
         elif kind == _KICK:
             start_step(arg, now)
         else:

@@ -236,7 +236,7 @@ class Scheduler:
                 if not lim.enable_chunked_prefill:
                     break
                 n = budget
-            req.num_computed = base - len(hit) * bs  # what _allocate counts besides the hit
+            req.num_computed = req.preloaded  # what _allocate counts besides the hit
             if not self._allocate(req, n, hit):
                 req.num_computed = 0
                 break

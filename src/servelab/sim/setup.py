@@ -18,15 +18,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from servelab.disaggregation import DisaggregatedConfig, KvTransfer, kv_link
+from servelab.errors import ServelabError
 from servelab.hardware.catalog import NodeLayout, get_gpu
 from servelab.models import load_model
 from servelab.models.costs import kv_bytes_per_layer_token
+from servelab.routing.records import RoutingPolicy
 from servelab.sim.cluster import Cluster, DecodePool, NetworkCosts
 from servelab.sim.cost import Calibration, default_calibration
 from servelab.sim.engine import SimEngine, build_engine
 from servelab.sim.kernel_profile import KernelProfile
-from servelab.errors import ServelabError
-from servelab.routing.records import RoutingPolicy
 from servelab.speculation import SpeculativeConfig
 
 ROUTER_HOP_MS = 0.5
@@ -51,14 +51,6 @@ class SimOptions:
     expert_skew: float = 0.0  # EP: the busiest GPU's extra share of token-expert pairs
 
     @property
-    def gpus(self) -> int:
-        """GPUs the deployment takes."""
-        if self.disaggregated is not None:
-            return self.disaggregated.gpus
-        a = self.engine_args
-        return self.replicas * a.tensor_parallel_size * a.pipeline_parallel_size
-
-    @property
     def resolved_calibration(self) -> Calibration:
         return self.calibration if self.calibration is not None else default_calibration(self.gpu)
 
@@ -80,10 +72,11 @@ def build_cluster(opts: SimOptions, rng: random.Random) -> Cluster:
         engines = _pool(opts, args, opts.replicas, cal)
         policy = make_policy(opts.router_policy, rng) if opts.replicas > 1 else None
         return Cluster(engines, policy, network)
-    if opts.replicas != 1 or opts.speculative is not None or opts.engine_args.pipeline_parallel_size != 1:
-        raise ServelabError("a disaggregated deployment sets its replicas in its pools "
-                            "(replicas 1), with PP 1 and without speculative decoding")
     args = opts.engine_args
+    clash = pd.conflict(opts.replicas, args.tensor_parallel_size, args.pipeline_parallel_size,
+                        opts.speculative is not None)
+    if clash is not None:
+        raise ServelabError(f"disaggregated deployment: {clash}")
     prefill = _pool(opts, args.model_copy(update={"tensor_parallel_size": pd.prefill.tp}),
                     pd.prefill.replicas, cal)
     decode = _pool(opts, args.model_copy(update={"tensor_parallel_size": pd.decode.tp}),
