@@ -17,7 +17,7 @@ from servelab.hardware.catalog import get_gpu
 from servelab.models import load_model
 from servelab.models.weights import checkpoint_bytes
 from servelab.plan import EngineArgs
-from servelab.plan.args import uses_v1_model_runner
+from servelab.plan.args import cudagraph_capture_sizes, uses_v1_model_runner
 from servelab.sim.calibrate import nelder_mead
 from servelab.experiment.store import ExperimentStore
 from servelab.sim.cost import (
@@ -26,6 +26,7 @@ from servelab.sim.cost import (
     H200_SYNC_PIECEWISE_LAYER_US,
     Calibration,
     OperatorCostModel,
+    SpecCost,
     default_calibration,
     kernel_times,
     shipped_profile,
@@ -182,6 +183,40 @@ def test_batches_are_padded_to_vllms_capture_sizes() -> None:
     eager = OperatorModel(load_model("Qwen/Qwen3-14B", None), H200, EngineArgs(enforce_eager=True),
                           kernel_times(H200, None))
     assert eager.padded(3) == 3
+
+
+def test_capture_sizes_follow_vllms_rules() -> None:
+    # Known answers from vLLM 0.25.1's config (see cudagraph_capture_sizes): the default cap
+    # is min(2 x seqs x (1 + K), 512, max_num_batched_tokens), the token budget itself is
+    # captured when within it, and the V1 runner with K speculative tokens keeps only
+    # multiples of K + 1.
+    plain = cudagraph_capture_sizes(1024, 8192)
+    assert plain[:5] == (1, 2, 4, 8, 16) and plain[-2:] == (496, 512) and len(plain) == 51
+    assert cudagraph_capture_sizes(8, 8192) == (1, 2, 4, 8, 16)
+    assert cudagraph_capture_sizes(8, 8192, num_speculative_tokens=4) == (1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64, 72, 80)
+    assert cudagraph_capture_sizes(1024, 300)[-3:] == (272, 288, 300)
+    k4 = cudagraph_capture_sizes(1024, 8192, num_speculative_tokens=4, v1_runner=True)
+    assert k4[:3] == (5, 10, 20) and k4[-1] == 500 and all(s % 5 == 0 for s in k4)
+    assert cudagraph_capture_sizes(1024, 8192, num_speculative_tokens=2, v1_runner=True)[-1] == 498
+    assert cudagraph_capture_sizes(1024, 8192, num_speculative_tokens=4) == plain  # the V2 runner's
+
+
+def test_a_verification_step_past_the_rounded_graphs_launches_every_kernel() -> None:
+    # Known answer: n-gram K = 4 on the V1 runner captures up to 500 tokens, so 100
+    # sequences verifying 5 tokens each replay one graph and 101 launch every kernel, each
+    # at the V1 runner's CPU time per launch.
+    model = load_model("Qwen/Qwen3-14B", None)
+    cal = CAL.model_copy(update={"v1_launch_us": 200.0})
+    spec = SpecCost(4, None)
+    cost = OperatorCostModel(model, H200, EngineArgs(), cal, kernel_times(H200, None), spec,
+                             async_scheduling=False, v1_runner=True)
+    at100 = cost.parts(ScheduledStep([], [], 100, 100 * 300, 0, 0, 0, 0, 400, 100))
+    at101 = cost.parts(ScheduledStep([], [], 101, 101 * 300, 0, 0, 0, 0, 404, 101))
+    assert (at100.launches, at101.launches) == (1, cost.ops.kernels_per_step())
+    assert cost._stage_s(at101) == pytest.approx(max(at101.total_s * 1.1, at101.launches * 200e-6))
+    v2 = OperatorCostModel(model, H200, EngineArgs(), cal, kernel_times(H200, None), spec)
+    assert v2.parts(ScheduledStep([], [], 101, 101 * 300, 0, 0, 0, 0, 404, 101)).launches == 1  # 505 <= 512
+    assert v2._launch_s == pytest.approx(30e-6) and cost._launch_s == pytest.approx(200e-6)
 
 
 def test_batch_one_decode_streams_the_weights_once() -> None:

@@ -84,12 +84,28 @@ def resolve_limits(model: ModelGeometry, gpu: GPUSpec, args: EngineArgs) -> Reso
     return ResolvedLimits(max_model_len, seqs, tokens)
 
 
-def cudagraph_capture_sizes(max_num_seqs: int) -> tuple[int, ...]:
-    """vLLM's default decode batch sizes captured as CUDA graphs: 1, 2, 4, then steps of 8
-    to 256 and of 16 to the cap min(2 x max_num_seqs, 512) (as the 0.25.1 logs list)."""
-    cap = min(2 * max_num_seqs, 512)
-    sizes = [1, 2, 4, *range(8, 256, 8), *range(256, 513, 16)]
-    return tuple(s for s in sizes if s <= cap)
+def cudagraph_capture_sizes(max_num_seqs: int, max_num_batched_tokens: int | None = None,
+                            num_speculative_tokens: int = 0, v1_runner: bool = False) -> tuple[int, ...]:
+    """vLLM 0.25.1's default batch sizes (tokens) captured as CUDA graphs (config/vllm.py,
+    `_set_cudagraph_sizes`): 1, 2, 4, then steps of 8 to 256 and of 16 to the cap
+    min(2 x max_num_seqs x (1 + K), 512, max_num_batched_tokens), plus
+    max_num_batched_tokens itself when it is within the cap.
+
+    With K speculative tokens on the V1 model runner (full decode graphs, vLLM's default
+    mode) every size is rounded up to a multiple of K + 1 and those past the cap dropped
+    (config/compilation.py, `adjust_cudagraph_sizes_for_spec_decode`): the largest graph
+    shrinks to 500 tokens at K = 4, 498 at K = 2. The V2 runner sizes its graphs itself."""
+    query = 1 + num_speculative_tokens
+    cap = min(2 * max_num_seqs * query, 512)
+    if max_num_batched_tokens is not None:
+        cap = min(cap, max_num_batched_tokens)
+    sizes = {s for s in (1, 2, 4, *range(8, 256, 8), *range(256, 513, 16)) if s <= cap}
+    if max_num_batched_tokens is not None and max_num_batched_tokens <= cap:
+        sizes.add(max_num_batched_tokens)
+    if v1_runner and query > 1:
+        rounded = {-(-s // query) * query for s in sizes}
+        sizes = {s for s in rounded if s <= cap} or ({query} if query <= cap else set())
+    return tuple(sorted(sizes))
 
 
 # vLLM 0.25.1 (config/vllm.py, `use_v2_model_runner`): MoE architectures that stay on the V2

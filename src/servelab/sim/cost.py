@@ -113,6 +113,9 @@ class Calibration(BaseModel):
     per_prefill_token_us: float = Field(0.0, ge=0)
     launch_us: float = Field(0.0, ge=0, description=(
         "CPU time per kernel or graph launch outside a full CUDA graph"))
+    v1_launch_us: float = Field(0.0, ge=0, description=(
+        "the same for a dense model on vLLM's V1 model runner (n-gram and draft-model "
+        "speculation in 0.25.1), whose steps outside graphs cost the host less than the V2 runner's"))
     request_overhead_ms: float = Field(ge=0)
     frontend_us_per_prompt_token: float = Field(0.0, ge=0, description=(
         "API-server tokenizer time per prompt token, one request at a time per replica"))
@@ -196,26 +199,35 @@ H200_API_SERVER: Mapping[str, float] = MappingProxyType(dict(
 # (one CUDA-graph launch per step, the target's, in the engine's trace of a draft-model
 # step); what a verification step leaves after the target's verification, per drafter layer
 # and forward: 604 us at batch 1, 429 at batch 16 (611 / 440 before the speculative path's
-# per-step CPU cost was priced, 2026-12-02) (Qwen3-14B with a Qwen3-0.6B-shaped draft
-# model, K = 4; docs/validation/sim-host-2026-12-01, `summarise.py`, which derives this mean).
-H200_DRAFT_LAYER_US = 516.8
+# per-step CPU cost was priced, 2026-12-02; the mean 516.8 before the V1 runner's graph
+# sizes were rounded to multiples of K + 1 and the speculative CPU refitted, 2026-12-03) (Qwen3-14B with a Qwen3-0.6B-shaped
+# draft model, K = 4; docs/validation/sim-host-2026-12-01, `summarise.py`, which derives this mean).
+H200_DRAFT_LAYER_US = 516.3
 # vLLM 0.25.1 without asynchronous scheduling on the H200 host: what a step on piecewise
 # CUDA graphs costs over the same step on a full graph, per layer. Qwen3-14B, n-gram K = 6,
 # the prefix workload at c1..c16, forced to cudagraph_mode PIECEWISE vs FULL: mean chunk gap
 # 13.62 vs 11.59 ms at c1 ... 16.73 vs 13.61 at c16, i.e. 51, 41, 41, 31, 78 us per layer
 # over 40 layers, mean 48.4 (docs/validation/spec-steps-2026-12-02, `steps.py`).
 H200_SYNC_PIECEWISE_LAYER_US = 48.4
+# vLLM 0.25.1's V1 model runner on the H200 host, a step beyond the captured sizes (every
+# kernel launched): 423 us per layer, from a 768-token prefill at 4 and 20 layers of a
+# Qwen3-0.6B-shaped layer (no validation set's model), the V2 runner 622 us in the same run
+# (docs/validation/spec-batch-2026-12-02, `summarise.py`); over the 13 kernels the operator
+# model counts for that layer.
+H200_V1_LAUNCH_US = 32.5
 DEFAULT_CALIBRATIONS: dict[str, Calibration] = {
     "L40S": Calibration(gpu_class="L40S", step_overhead_ms=2.44, per_seq_us=20.0,
-                        request_overhead_ms=3.16, launch_us=85.7, **H200_API_SERVER,
+                        request_overhead_ms=3.16, launch_us=85.7, v1_launch_us=H200_V1_LAUNCH_US,
+                        **H200_API_SERVER,
                         draft_layer_us=H200_DRAFT_LAYER_US,
                         fitted_on=("seeds: L40S ShareGPT 2000 prompts, rate 10, c10",)),
     "H200": Calibration(gpu_class="H200", gpu_time_scale=0.938, step_overhead_ms=0.312,
-                        per_seq_us=6.92, launch_us=85.7, request_overhead_ms=9.03,
+                        per_seq_us=6.92, launch_us=85.7, v1_launch_us=H200_V1_LAUNCH_US,
+                        request_overhead_ms=9.03,
                         **H200_API_SERVER, draft_layer_us=H200_DRAFT_LAYER_US,
                         cpu_step_ms=2.081, cpu_per_seq_us=16.70,
                         sync_piecewise_layer_us=H200_SYNC_PIECEWISE_LAYER_US,
-                        spec_step_us=793.4, spec_per_seq_us=99.65,
+                        spec_step_us=866.9, spec_per_seq_us=98.62,
                         fitted_on=("H200 vLLM 0.25.1: Qwen3-4B, Llama-3.1-8B (10 cells)",
                                    "cpu_*: Qwen3-14B --no-async-scheduling (8 cells)",
                                    "spec_step_us, spec_per_seq_us: Qwen3-14B n-gram K=2 (8 cells)")),
@@ -270,11 +282,19 @@ class OperatorCostModel:
                  async_scheduling: bool = True, v1_runner: bool = False,
                  layout: NodeLayout | None = None, expert_skew: float = 0.0) -> None:
         self.calibration = cal
-        self.ops = OperatorModel(model, gpu, args, kernels, layout, expert_skew)
+        # vLLM's V1 runner captures multiples of K + 1 with speculation (`cudagraph_capture_sizes`)
+        self.ops = OperatorModel(model, gpu, args, kernels, layout, expert_skew,
+                                 num_speculative_tokens=spec.num_speculative_tokens if spec else 0,
+                                 v1_runner=v1_runner)
         self.pp = args.pipeline_parallel_size
         self.spec = spec
         self._scale = cal.gpu_time_scale
-        self._launch_s = cal.launch_us * 1e-6
+        # The V1 runner launches a dense layer's kernels for less CPU than the V2 runner
+        # (`H200_V1_LAUNCH_US`). MoE layers keep `launch_us`: on the V1 runner their launches
+        # measured 47.5 us per kernel (docs/validation/sim-host-2026-12-01) on a host where
+        # the V2 runner's dense ones took 85, and the served MoE cells' prefills already come
+        # out faster than measured at `launch_us` (issue 14).
+        self._launch_s = (cal.v1_launch_us if v1_runner and not model.is_moe else cal.launch_us) * 1e-6
         self._draft_layer_s = cal.draft_layer_us * 1e-6
         # Without asynchronous scheduling each layer of a piecewise step adds host time the
         # GPU waits for (graph piece, attention in Python); with it, that work overlaps the

@@ -84,7 +84,8 @@ class OperatorModel:
 
     def __init__(self, model: ModelGeometry, gpu: GPUSpec, args: EngineArgs,
                  kernels: KernelTimes, layout: NodeLayout | None = None,
-                 expert_skew: float = 0.0) -> None:
+                 expert_skew: float = 0.0, num_speculative_tokens: int = 0,
+                 v1_runner: bool = False) -> None:
         self.model, self.gpu, self.kernels = model, gpu, kernels
         tp, pp = args.tensor_parallel_size, args.pipeline_parallel_size
         self.tp, self.pp = tp, pp
@@ -113,7 +114,8 @@ class OperatorModel:
         self.sliding_layers = len(model.sliding_layers) * self.stage_frac
         self.window = model.sliding_window or 0
         limits = resolve_limits(model, gpu, args)
-        self.capture = () if args.enforce_eager else cudagraph_capture_sizes(limits.max_num_seqs)
+        self.capture = () if args.enforce_eager else cudagraph_capture_sizes(
+            limits.max_num_seqs, limits.max_num_batched_tokens, num_speculative_tokens, v1_runner)
         self.attn_gemms, self.dense_gemms, self.moe_gemms = self._layer_gemms()
         self.dense_layers = (model.dense_layers if model.is_moe else model.layers) * self.stage_frac
         self.moe_layers = model.moe_layers * self.stage_frac
