@@ -17,13 +17,14 @@ from servelab.hardware.catalog import get_gpu
 from servelab.models import load_model
 from servelab.models.weights import checkpoint_bytes
 from servelab.plan import EngineArgs
-from servelab.plan.args import cudagraph_capture_sizes, uses_v1_model_runner
+from servelab.plan.args import cudagraph_capture_sizes, decode_graph_sizes, uses_v1_model_runner
 from servelab.sim.calibrate import nelder_mead
 from servelab.experiment.store import ExperimentStore
 from servelab.sim.cost import (
     H200_API_SERVER,
     H200_DRAFT_LAYER_US,
     H200_SYNC_PIECEWISE_LAYER_US,
+    H200_V1_LAUNCH_US,
     Calibration,
     OperatorCostModel,
     SpecCost,
@@ -153,6 +154,17 @@ def test_vllms_model_runner_choice() -> None:
     assert uses_v1_model_runner(load_model("deepseek-v3"), None)  # V3 is not on V2's list
 
 
+def test_calibrations_written_before_the_v1_launch_figure_keep_their_launch_price(tmp_path: Path) -> None:
+    # A file without v1_launch_us priced every launch at launch_us; it still does.
+    old = CAL.model_dump(mode="json")
+    old.pop("v1_launch_us")
+    f = tmp_path / "cal.json"
+    f.write_text(json.dumps(old))
+    assert Calibration.load(f).v1_launch_us == CAL.launch_us == 30.0
+    f.write_text(json.dumps({**old, "v1_launch_us": 12.5}))
+    assert Calibration.load(f).v1_launch_us == 12.5
+
+
 def test_calibrations_written_with_the_old_cpu_field_names_load(tmp_path: Path) -> None:
     old = CAL.model_dump(mode="json")
     old.pop("cpu_step_ms"), old.pop("cpu_per_seq_us")
@@ -188,35 +200,56 @@ def test_batches_are_padded_to_vllms_capture_sizes() -> None:
 def test_capture_sizes_follow_vllms_rules() -> None:
     # Known answers from vLLM 0.25.1's config (see cudagraph_capture_sizes): the default cap
     # is min(2 x seqs x (1 + K), 512, max_num_batched_tokens), the token budget itself is
-    # captured when within it, and the V1 runner with K speculative tokens keeps only
-    # multiples of K + 1.
+    # captured when within it; the full decode graphs with K drafts are the multiples of
+    # K + 1 that the rounding keeps within the largest size.
     plain = cudagraph_capture_sizes(1024, 8192)
     assert plain[:5] == (1, 2, 4, 8, 16) and plain[-2:] == (496, 512) and len(plain) == 51
     assert cudagraph_capture_sizes(8, 8192) == (1, 2, 4, 8, 16)
     assert cudagraph_capture_sizes(8, 8192, num_speculative_tokens=4) == (1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64, 72, 80)
     assert cudagraph_capture_sizes(1024, 300)[-3:] == (272, 288, 300)
-    k4 = cudagraph_capture_sizes(1024, 8192, num_speculative_tokens=4, v1_runner=True)
-    assert k4[:3] == (5, 10, 20) and k4[-1] == 500 and all(s % 5 == 0 for s in k4)
-    assert cudagraph_capture_sizes(1024, 8192, num_speculative_tokens=2, v1_runner=True)[-1] == 498
-    assert cudagraph_capture_sizes(1024, 8192, num_speculative_tokens=4) == plain  # the V2 runner's
+    k4 = decode_graph_sizes(plain, 4)
+    assert k4[:3] == (5, 10, 20) and k4[-1] == 500 and len(k4) == 48 and all(s % 5 == 0 for s in k4)
+    assert decode_graph_sizes(plain, 2)[-1] == 498 and len(decode_graph_sizes(plain, 2)) == 49
+    # an off-stride cap: 2 x 10 x 5 = 100 tokens, the largest size 96, so 100 is not kept
+    assert decode_graph_sizes(cudagraph_capture_sizes(10, 8192, 4), 4)[-1] == 90
+    assert decode_graph_sizes(cudagraph_capture_sizes(3, 8192, 2), 2) == (3, 6, 9)
+    assert decode_graph_sizes((1, 2, 4), 4) == ()
+
+
+def _verify(seqs: int, k: int = 4) -> ScheduledStep:
+    return ScheduledStep([], [], seqs, seqs * 300, 0, 0, 0, 0, seqs * k, seqs)
 
 
 def test_a_verification_step_past_the_rounded_graphs_launches_every_kernel() -> None:
-    # Known answer: n-gram K = 4 on the V1 runner captures up to 500 tokens, so 100
-    # sequences verifying 5 tokens each replay one graph and 101 launch every kernel, each
-    # at the V1 runner's CPU time per launch.
+    # Known answers: n-gram K = 4 on the V1 runner captures multiples of 5 up to 500, so
+    # 100 sequences verifying 5 tokens each replay one graph and 101 launch every kernel,
+    # each at the V1 runner's CPU time per launch; a mixed batch of 101 x 5 tokens too.
     model = load_model("Qwen/Qwen3-14B", None)
     cal = CAL.model_copy(update={"v1_launch_us": 200.0})
     spec = SpecCost(4, None)
     cost = OperatorCostModel(model, H200, EngineArgs(), cal, kernel_times(H200, None), spec,
                              async_scheduling=False, v1_runner=True)
-    at100 = cost.parts(ScheduledStep([], [], 100, 100 * 300, 0, 0, 0, 0, 400, 100))
-    at101 = cost.parts(ScheduledStep([], [], 101, 101 * 300, 0, 0, 0, 0, 404, 101))
+    at100, at101 = cost.parts(_verify(100)), cost.parts(_verify(101))
     assert (at100.launches, at101.launches) == (1, cost.ops.kernels_per_step())
     assert cost._stage_s(at101) == pytest.approx(max(at101.total_s * 1.1, at101.launches * 200e-6))
+    assert cost.ops.padded(303) == 305 and cost.ops.padded(303, uniform_decode=True) == 305
+    assert cost._launch_s == pytest.approx(200e-6)
+    # The V2 runner (EAGLE-type drafting) rounds only its full decode graphs: 505 uniform
+    # tokens run piecewise, padded to 512, and its launches cost launch_us.
     v2 = OperatorCostModel(model, H200, EngineArgs(), cal, kernel_times(H200, None), spec)
-    assert v2.parts(ScheduledStep([], [], 101, 101 * 300, 0, 0, 0, 0, 404, 101)).launches == 1  # 505 <= 512
-    assert v2._launch_s == pytest.approx(30e-6) and cost._launch_s == pytest.approx(200e-6)
+    p = v2.parts(_verify(101))
+    assert (p.launches, p.pieces) == (2 * 40 + 8, 40) and v2.ops.padded(505, uniform_decode=True) == 512
+    assert v2.parts(_verify(100)).launches == 1 and v2._launch_s == pytest.approx(30e-6)
+
+
+def test_vllms_v1_runner_refuses_a_draft_length_no_graph_holds() -> None:
+    # vLLM 0.25.1: "No valid cudagraph sizes after rounding to multiple of 5": a 4-token
+    # budget holds no multiple of K + 1 = 5; the same budget without the V1 runner starts.
+    model = load_model("Qwen/Qwen3-0.6B", None)
+    args = EngineArgs(max_num_batched_tokens=4, max_model_len=4)
+    with pytest.raises(ServelabError, match="multiple of num_speculative_tokens"):
+        OperatorModel(model, H200, args, kernel_times(H200, None), num_speculative_tokens=4, v1_runner=True)
+    assert OperatorModel(model, H200, args, kernel_times(H200, None), num_speculative_tokens=4).full_capture == ()
 
 
 def test_batch_one_decode_streams_the_weights_once() -> None:
@@ -315,6 +348,16 @@ def _validation_module(rel: str, name: str):
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+def test_the_shipped_v1_launch_figure_is_what_its_host_probe_gives() -> None:
+    # H200_V1_LAUNCH_US is the V1 runner's eager CPU per layer over the layer's 13 kernels,
+    # from the host probe's walls at 4 and 20 layers (spec-batch-2026-12-02's summarise.py).
+    mod = _validation_module("docs/validation/spec-batch-2026-12-02/summarise.py", "batch_summarise")
+    root = Path(__file__).resolve().parents[1] / "docs/validation/spec-batch-2026-12-02/results"
+    assert H200_V1_LAUNCH_US == mod.v1_launch_us(root)
+    layers = mod.host_layers(root)
+    assert layers["V1"]["eager"] < layers["V2"]["eager"]
 
 
 def test_the_shipped_drafter_figure_is_what_its_engine_trace_gives() -> None:

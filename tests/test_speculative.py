@@ -359,6 +359,19 @@ def test_the_advised_k_shrinks_as_verification_rows_stop_being_free() -> None:
     assert all(b <= a for a, b in zip(ks, ks[1:]))
 
 
+def test_the_payoff_prices_each_draft_length_on_its_own_graphs() -> None:
+    # vLLM's V1 runner captures multiples of K + 1: the payoff's K = 2 engine pads a
+    # 303-token verification to 306 (multiples of 3, the largest 498), the arm's K = 4 one to 305.
+    rates = (0.8, 0.6, 0.1, 0.02)
+    base = build_engine("Qwen/Qwen3-4B", "H200", None, ARGS, None)
+    spec = build_engine("Qwen/Qwen3-4B", "H200", None, ARGS, None, True, None, _ngram(4, list(rates)))
+    model = PayoffModel(base.cost, spec.cost, split_acceptance(rates, 4))
+    k2, k4 = model._cost(2).ops, model._cost(4).ops
+    assert (k2.capture[-1], k2.padded(303)) == (498, 306)
+    assert (k4.capture[-1], k4.padded(303)) == (500, 305)
+    assert spec.cost.ops.capture[-1] == 500  # the arm's own model is left as it was
+
+
 def test_sim_run_flags_report_the_acceptance(tmp_path: Path) -> None:
     proc = run_servelab("sim", "run", "--model", "Qwen/Qwen3-4B", "--gpu", "H200", "--dataset-name",
                         "random", "--random-input-len", "128", "--random-output-len", "32",

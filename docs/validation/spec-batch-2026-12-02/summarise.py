@@ -7,8 +7,8 @@ Per file and batch B: the median interval between consecutive scheduler updates 
 steps where all B requests decode (no prefill chunk), the tokens such a step schedules, the
 median of each wrapped phase (schedule, execute, sample, update; `rest` is the interval
 less the four: the offline loop's output processing), and the simulator's price of that
-step: B decoding sequences at the recorded steps' mean context (prompt + tokens generated so
-far, from the schedule records), with the recorded draft tokens, on the shipped H200 figures
+step: B decoding sequences at the mean context over the run (prompt + half the output),
+with the recorded draft tokens, on the shipped H200 figures
 (`servelab.sim.engine.build_engine` on the served directory's config.json, which the
 simulator accepts as a model; nothing fitted on these runs).
 
@@ -65,6 +65,11 @@ def host_layers(root: Path) -> dict[str, dict[str, float]]:
         out[runner] = {mode: 1e3 * (deep["points"][mode]["wall_ms_median"] - shallow["points"][mode]["wall_ms_median"]) / layers
                        for mode in ("eager", "piecewise")}
     return out
+
+
+def v1_launch_us(root: Path) -> float:
+    """The V1 runner's CPU time per launched kernel (us): `H200_V1_LAUNCH_US`."""
+    return round(host_layers(root)["V1"]["eager"] / KERNELS_PER_LAYER, 1)
 
 
 def main() -> None:

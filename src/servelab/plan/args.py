@@ -85,27 +85,33 @@ def resolve_limits(model: ModelGeometry, gpu: GPUSpec, args: EngineArgs) -> Reso
 
 
 def cudagraph_capture_sizes(max_num_seqs: int, max_num_batched_tokens: int | None = None,
-                            num_speculative_tokens: int = 0, v1_runner: bool = False) -> tuple[int, ...]:
+                            num_speculative_tokens: int = 0) -> tuple[int, ...]:
     """vLLM 0.25.1's default batch sizes (tokens) captured as CUDA graphs (config/vllm.py,
     `_set_cudagraph_sizes`): 1, 2, 4, then steps of 8 to 256 and of 16 to the cap
     min(2 x max_num_seqs x (1 + K), 512, max_num_batched_tokens), plus
-    max_num_batched_tokens itself when it is within the cap.
-
-    With K speculative tokens on the V1 model runner (full decode graphs, vLLM's default
-    mode) every size is rounded up to a multiple of K + 1 and those past the cap dropped
-    (config/compilation.py, `adjust_cudagraph_sizes_for_spec_decode`): the largest graph
-    shrinks to 500 tokens at K = 4, 498 at K = 2. The V2 runner sizes its graphs itself."""
-    query = 1 + num_speculative_tokens
-    cap = min(2 * max_num_seqs * query, 512)
+    max_num_batched_tokens itself when it is within the cap. With speculation the full
+    decode graphs are these rounded (`decode_graph_sizes`)."""
+    cap = min(2 * max_num_seqs * (1 + num_speculative_tokens), 512)
     if max_num_batched_tokens is not None:
         cap = min(cap, max_num_batched_tokens)
     sizes = {s for s in (1, 2, 4, *range(8, 256, 8), *range(256, 513, 16)) if s <= cap}
     if max_num_batched_tokens is not None and max_num_batched_tokens <= cap:
         sizes.add(max_num_batched_tokens)
-    if v1_runner and query > 1:
-        rounded = {-(-s // query) * query for s in sizes}
-        sizes = {s for s in rounded if s <= cap} or ({query} if query <= cap else set())
     return tuple(sorted(sizes))
+
+
+def decode_graph_sizes(sizes: tuple[int, ...], num_speculative_tokens: int) -> tuple[int, ...]:
+    """The full CUDA graphs vLLM 0.25.1 captures for uniform decode batches of K + 1 tokens
+    per sequence: every size of `sizes` rounded up to a multiple of K + 1, those past the
+    largest of `sizes` dropped (the V1 runner: config/compilation.py,
+    `adjust_cudagraph_sizes_for_spec_decode`, which then uses them for every graph; the V2
+    runner: v1/worker/gpu/cudagraph_utils.py, its piecewise graphs keeping `sizes`). K = 4
+    keeps 500 of 512, K = 2 498. Empty when no multiple fits (the V1 runner refuses to start)."""
+    query = 1 + num_speculative_tokens
+    if query <= 1 or not sizes:
+        return sizes
+    top = sizes[-1]
+    return tuple(sorted({r for r in (-(-s // query) * query for s in sizes) if r <= top}))
 
 
 # vLLM 0.25.1 (config/vllm.py, `use_v2_model_runner`): MoE architectures that stay on the V2

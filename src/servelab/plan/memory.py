@@ -199,12 +199,14 @@ def activation_bytes(model: ModelGeometry, args: EngineArgs, max_num_batched_tok
     return int(max(forward, sampler))
 
 
-def cuda_graph_bytes(model: ModelGeometry, args: EngineArgs, max_num_seqs: int) -> int:
+def cuda_graph_bytes(model: ModelGeometry, args: EngineArgs, max_num_seqs: int,
+                     max_num_batched_tokens: int | None = None) -> int:
     """CUDA-graph pool estimate: fitted to the 0.25.1 logs (0.90 GiB for 51 sizes, 0.14 GiB
-    for 5, Qwen3-14B's 40 layers), scaled by capture sizes x layers on the GPU."""
+    for 5, Qwen3-14B's 40 layers), scaled by capture sizes x layers on the GPU (vLLM's
+    sizes for these limits; a speculative arm's are not counted apart)."""
     if args.enforce_eager:
         return 0
-    sizes = len(cudagraph_capture_sizes(max_num_seqs))
+    sizes = len(cudagraph_capture_sizes(max_num_seqs, max_num_batched_tokens))
     layers = math.ceil(model.layers / args.pipeline_parallel_size)
     return int((GRAPH_BASE_GIB + GRAPH_PER_SIZE_LAYER_GIB * sizes * layers) * GIB)
 
@@ -250,7 +252,7 @@ def plan_memory(model: ModelGeometry, gpu: GPUSpec, args: EngineArgs,
         gpu_memory_utilization=args.gpu_memory_utilization,
         total_gib=gpu.memory_mib / 1024, cuda_total_gib=cuda_total / GIB, budget_gib=budget / GIB,
         weights_gib=weights / GIB, activation_gib=act / GIB, non_torch_gib=non_torch / GIB,
-        cuda_graph_gib=cuda_graph_bytes(model, args, limits.max_num_seqs) / GIB,
+        cuda_graph_gib=cuda_graph_bytes(model, args, limits.max_num_seqs, limits.max_num_batched_tokens) / GIB,
         kv_cache_gib=available / GIB,
         kv_bytes_per_token=kv_bytes_per_token(model, args.kv_cache_dtype),
         kv_bytes_per_token_per_gpu=per_token_gpu, block_size=args.block_size,

@@ -11,7 +11,9 @@ cannot separate stay where they were.
 
 Fitted: the residual the kernels leave (`Calibration`): `gpu_time_scale, step_overhead_ms,
 per_seq_us, launch_us, request_overhead_ms` (`per_prefill_token_us` stays at its default:
-bench summaries cannot tell it from the launch costs). The API server's figures
+bench summaries cannot tell it from the launch costs; `v1_launch_us`, the V1 runner's
+launch cost for dense models, comes with the starting calibration: a host probe measures
+it, since served cells on that runner cannot tell it from the speculative CPU). The API server's figures
 (`frontend_*`) are not fitted here: they are measured where the API server binds (probes
 of one output token per request and of long streams on a small model) and come with the
 starting calibration. The kernel times
@@ -230,7 +232,7 @@ class CalibrationFit:
         c = self.calibration
         lines.append(f"fitted after {self.evals} simulations: gpu_time_scale {c.gpu_time_scale:.3f}, "
                      f"step_overhead_ms {c.step_overhead_ms:.3f}, per_seq_us {c.per_seq_us:.1f}, "
-                     f"launch_us {c.launch_us:.1f}, "
+                     f"launch_us {c.launch_us:.1f} (V1 runner, held: {c.v1_launch_us:.1f}), "
                      f"request_overhead_ms {c.request_overhead_ms:.2f}, "
                      f"frontend_us per prompt / output token {c.frontend_us_per_prompt_token:.2f} / "
                      f"{c.frontend_us_per_output_token:.1f}")

@@ -13,7 +13,8 @@ step = PP x (GPU time of one stage x `gpu_time_scale`) + (PP - 1) activation hop
   pays where the step is compute-bound (prefill) and not where weight reads dominate;
 - CPU and graph residual (`Calibration`, one set per GPU class, the same for every model):
   a stage takes max(kernel time x `gpu_time_scale`, CPU launches x `launch_us`) (the GPU
-  cannot run ahead of its launches; a full CUDA graph is one launch), then
+  cannot run ahead of its launches; a full CUDA graph is one launch; a dense model on
+  vLLM's V1 runner launches at `v1_launch_us`), then
   `step_overhead_ms` + `per_seq_us` x scheduled sequences + `per_prefill_token_us` x
   prefill tokens; `request_overhead_ms` once per request before the engine sees it. The
   replica's API server is not a residual: its figures (`frontend_*`, `H200_API_SERVER`)
@@ -161,6 +162,9 @@ class Calibration(BaseModel):
             for old, new in (("sync_step_overhead_ms", "cpu_step_ms"), ("sync_per_seq_us", "cpu_per_seq_us")):
                 if old in data and new not in data:
                     data[new] = data.pop(old)
+            # written before 2026-12-03, when every launch cost `launch_us`: price them so still
+            if "v1_launch_us" not in data and isinstance(data.get("launch_us"), (int, float)):
+                data["v1_launch_us"] = data["launch_us"]
         try:
             return cls.model_validate(data)
         except ValidationError as exc:
@@ -210,7 +214,7 @@ H200_DRAFT_LAYER_US = 516.3
 # over 40 layers, mean 48.4 (docs/validation/spec-steps-2026-12-02, `steps.py`).
 H200_SYNC_PIECEWISE_LAYER_US = 48.4
 # vLLM 0.25.1's V1 model runner on the H200 host, a step beyond the captured sizes (every
-# kernel launched): 423 us per layer, from a 768-token prefill at 4 and 20 layers of a
+# kernel launched): 422 us per layer, from a 768-token prefill at 4 and 20 layers of a
 # Qwen3-0.6B-shaped layer (no validation set's model), the V2 runner 622 us in the same run
 # (docs/validation/spec-batch-2026-12-02, `summarise.py`); over the 13 kernels the operator
 # model counts for that layer.

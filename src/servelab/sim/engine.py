@@ -323,11 +323,13 @@ def build_engine(model: str, gpu: str, quantization: str | None, args: Any,
     cal = calibration if calibration is not None else default_calibration(spec.name)
     kernels = kernel_times(spec, profile)
     spec_cost = None
+    v1 = uses_v1_model_runner(geometry, speculative.method if speculative is not None else None)
     if speculative is not None:
-        drafter = OperatorModel(draft, spec, args, kernels) if draft is not None else None
+        # the drafter replays the graphs of the engine's sizes (rounded to K + 1 on the V1 runner)
+        drafter = (OperatorModel(draft, spec, args, kernels, num_speculative_tokens=speculative.num_speculative_tokens,
+                                 v1_runner=v1) if draft is not None else None)
         spec_cost = SpecCost(speculative.num_speculative_tokens, drafter,
                              drafter_graphs=speculative.drafter_on_graphs)
-    v1 = uses_v1_model_runner(geometry, speculative.method if speculative is not None else None)
     cost = OperatorCostModel(geometry, spec, args, cal, kernels, spec_cost, async_scheduling, v1,
                              layout, expert_skew)
     config = SimConfig(

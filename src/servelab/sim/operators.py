@@ -42,6 +42,7 @@ and cached (at most `max_num_batched_tokens` entries); attention is interpolated
 
 from __future__ import annotations
 
+import copy
 import math
 from bisect import bisect_left
 from dataclasses import dataclass
@@ -49,7 +50,8 @@ from dataclasses import dataclass
 from servelab.hardware.catalog import GPUSpec, NodeLayout
 from servelab.models.costs import kv_bytes_per_layer_token
 from servelab.models.geometry import ModelGeometry
-from servelab.plan.args import EngineArgs, cudagraph_capture_sizes, resolve_limits
+from servelab.errors import ServelabError
+from servelab.plan.args import EngineArgs, cudagraph_capture_sizes, decode_graph_sizes, resolve_limits
 from servelab.sim.kernels import FAMILY_NAMES, KernelTimes, kernel_family
 
 ALLREDUCES_PER_LAYER = 2
@@ -114,8 +116,11 @@ class OperatorModel:
         self.sliding_layers = len(model.sliding_layers) * self.stage_frac
         self.window = model.sliding_window or 0
         limits = resolve_limits(model, gpu, args)
-        self.capture = () if args.enforce_eager else cudagraph_capture_sizes(
-            limits.max_num_seqs, limits.max_num_batched_tokens, num_speculative_tokens, v1_runner)
+        # `capture`: the sizes a piecewise (mixed) batch pads to; `full_capture`: those of
+        # the full graphs a uniform decode batch replays (multiples of K + 1 with K drafts)
+        self._graph_args = (args, limits.max_num_seqs, limits.max_num_batched_tokens, v1_runner)
+        self.capture, self.full_capture = self._graph_sizes(*self._graph_args[:3], num_speculative_tokens,
+                                                            v1_runner)
         self.attn_gemms, self.dense_gemms, self.moe_gemms = self._layer_gemms()
         self.dense_layers = (model.dense_layers if model.is_moe else model.layers) * self.stage_frac
         self.moe_layers = model.moe_layers * self.stage_frac
@@ -126,6 +131,31 @@ class OperatorModel:
             self.attn_kv_heads, self.attn_head_dim = 1, model.kv_lora_rank + model.qk_rope_head_dim
         else:
             self.attn_kv_heads, self.attn_head_dim = self.kv_heads, model.head_dim
+
+    @staticmethod
+    def _graph_sizes(args: EngineArgs, max_num_seqs: int, max_num_batched_tokens: int,
+                     k: int, v1_runner: bool) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        if args.enforce_eager:
+            return (), ()
+        sizes = cudagraph_capture_sizes(max_num_seqs, max_num_batched_tokens, k)
+        full = decode_graph_sizes(sizes, k)
+        if not v1_runner or k == 0:
+            return sizes, full
+        if not full:  # vLLM's V1 runner: "No valid cudagraph sizes after rounding"
+            raise ServelabError(
+                f"vLLM refuses to start: no CUDA-graph size is a multiple of "
+                f"num_speculative_tokens + 1 = {k + 1} within {sizes[-1]} tokens: raise "
+                f"--max-num-batched-tokens or --max-num-seqs, lower num_speculative_tokens, "
+                f"or --enforce-eager")
+        return full, full  # the V1 runner rounds every graph
+
+    def with_draft_length(self, k: int) -> OperatorModel:
+        """This model with vLLM's graph sizes for k speculative tokens (the kernel-time
+        caches, keyed by token counts, are shared)."""
+        other = copy.copy(self)
+        args, seqs, tokens, v1 = self._graph_args
+        other.capture, other.full_capture = self._graph_sizes(args, seqs, tokens, k, v1)
+        return other
 
     def describe(self) -> str:
         """Which kernels price the step and where their times come from."""
@@ -161,9 +191,13 @@ class OperatorModel:
                 target.append(_Gemm(sum(o for o, _ in fused[key]), fused[key][0][1]))
         return attn, mlp, shared
 
-    def padded(self, tokens: int) -> int:
+    def padded(self, tokens: int, uniform_decode: bool = False) -> int:
         """Tokens the kernels run: the smallest captured CUDA-graph size >= tokens (vLLM pads
-        the batch to it), or the tokens themselves beyond the largest."""
+        the batch to it), or the tokens themselves beyond the largest. A uniform decode
+        batch pads to a full graph where one holds it, else to the piecewise sizes."""
+        full = self.full_capture
+        if uniform_decode and full and tokens <= full[-1]:
+            return full[bisect_left(full, tokens)]
         cap = self.capture
         if not cap or tokens > cap[-1]:
             return tokens
@@ -290,12 +324,15 @@ class OperatorModel:
 
     def launches(self, tokens: int, piecewise: bool) -> tuple[int, int]:
         """(CPU launches, layers on piecewise graphs) of a step: 1 launch for a uniform
-        decode batch that replays a full CUDA graph; a graph piece and the attention kernel
+        decode batch that a full CUDA graph holds; a graph piece and the attention kernel
         per layer for any other batch within the captured sizes (vLLM's piecewise graphs,
         every layer one); every kernel beyond them (no graph)."""
+        full = self.full_capture
+        if not piecewise and full and tokens <= full[-1]:
+            return 1, 0
         cap = self.capture
         if cap and tokens <= cap[-1]:
-            return (2 * self.stage_layers + 8, self.stage_layers) if piecewise else (1, 0)
+            return 2 * self.stage_layers + 8, self.stage_layers
         return self.kernels_per_step(), 0
 
     def parts(self, decode_seqs: int, decode_ctx: int, prefill_tokens: int, prefill_ctx: int,
@@ -310,9 +347,9 @@ class OperatorModel:
         tokens = decode_seqs + draft_tokens + prefill_tokens
         if tokens == 0:
             return StepParts(0.0, 0.0, 0)
-        linear = self.tokens_s(self.padded(tokens))
+        mixed = prefill_tokens > 0 if piecewise is None else piecewise
+        linear = self.tokens_s(self.padded(tokens, uniform_decode=not mixed))
         if self.pp == 1:  # with PP the first and last stages' own work is `ends_s`
             linear += self.seqs_s(decode_seqs + draft_tokens + prefill_seqs)
         attn = self.attention_s(decode_seqs, decode_ctx, prefill_tokens, prefill_ctx, prefill_seqs)
-        mixed = prefill_tokens > 0 if piecewise is None else piecewise
         return StepParts(linear, attn, *self.launches(tokens, mixed))

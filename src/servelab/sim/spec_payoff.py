@@ -64,6 +64,7 @@ class PayoffModel:
         if got is None:
             got = copy.copy(self.spec)
             got.spec = replace(self.spec.spec, num_speculative_tokens=k)  # type: ignore[arg-type]
+            got.ops = self.spec.ops.with_draft_length(k)  # vLLM's graph sizes follow K
             self._by_k[k] = got
         return got
 
