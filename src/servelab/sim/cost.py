@@ -286,7 +286,8 @@ class OperatorCostModel:
                  async_scheduling: bool = True, v1_runner: bool = False,
                  layout: NodeLayout | None = None, expert_skew: float = 0.0) -> None:
         self.calibration = cal
-        # vLLM's V1 runner captures multiples of K + 1 with speculation (`cudagraph_capture_sizes`)
+        # with K drafts vLLM's decode graphs are multiples of K + 1 (`decode_graph_sizes`),
+        # every graph on the V1 runner
         self.ops = OperatorModel(model, gpu, args, kernels, layout, expert_skew,
                                  num_speculative_tokens=spec.num_speculative_tokens if spec else 0,
                                  v1_runner=v1_runner)

@@ -118,9 +118,9 @@ class OperatorModel:
         limits = resolve_limits(model, gpu, args)
         # `capture`: the sizes a piecewise (mixed) batch pads to; `full_capture`: those of
         # the full graphs a uniform decode batch replays (multiples of K + 1 with K drafts)
-        self._graph_args = (args, limits.max_num_seqs, limits.max_num_batched_tokens, v1_runner)
-        self.capture, self.full_capture = self._graph_sizes(*self._graph_args[:3], num_speculative_tokens,
-                                                            v1_runner)
+        self.eager, self.v1_runner = args.enforce_eager, v1_runner
+        self.limits = limits
+        self.capture, self.full_capture = self._graph_sizes(num_speculative_tokens)
         self.attn_gemms, self.dense_gemms, self.moe_gemms = self._layer_gemms()
         self.dense_layers = (model.dense_layers if model.is_moe else model.layers) * self.stage_frac
         self.moe_layers = model.moe_layers * self.stage_frac
@@ -132,14 +132,13 @@ class OperatorModel:
         else:
             self.attn_kv_heads, self.attn_head_dim = self.kv_heads, model.head_dim
 
-    @staticmethod
-    def _graph_sizes(args: EngineArgs, max_num_seqs: int, max_num_batched_tokens: int,
-                     k: int, v1_runner: bool) -> tuple[tuple[int, ...], tuple[int, ...]]:
-        if args.enforce_eager:
+    def _graph_sizes(self, k: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """(piecewise sizes, full decode-graph sizes) vLLM captures with k draft tokens."""
+        if self.eager:
             return (), ()
-        sizes = cudagraph_capture_sizes(max_num_seqs, max_num_batched_tokens, k)
+        sizes = cudagraph_capture_sizes(self.limits.max_num_seqs, self.limits.max_num_batched_tokens, k)
         full = decode_graph_sizes(sizes, k)
-        if not v1_runner or k == 0:
+        if not self.v1_runner or k == 0:
             return sizes, full
         if not full:  # vLLM's V1 runner: "No valid cudagraph sizes after rounding"
             raise ServelabError(
@@ -153,8 +152,7 @@ class OperatorModel:
         """This model with vLLM's graph sizes for k speculative tokens (the kernel-time
         caches, keyed by token counts, are shared)."""
         other = copy.copy(self)
-        args, seqs, tokens, v1 = self._graph_args
-        other.capture, other.full_capture = self._graph_sizes(args, seqs, tokens, k, v1)
+        other.capture, other.full_capture = self._graph_sizes(k)
         return other
 
     def describe(self) -> str:
