@@ -96,8 +96,13 @@ class OfflineRun:
 
 def simulate(cluster: Cluster, requests: Sequence[OfflineRequest], intended_s: Sequence[float],
              max_concurrency: int | None = None, num_warmups: int = 0,
-             on_step: StepObserver | None = None) -> OfflineRun:
-    """Simulate the schedule; records follow `RequestRecord`'s client semantics."""
+             on_step: StepObserver | None = None, stepwise: bool = False) -> OfflineRun:
+    """Simulate the schedule; records follow `RequestRecord`'s client semantics.
+
+    `stepwise` runs the reference event loop, which handles every API-server piece of work
+    through the generic dispatch; the default takes the same events in the same order
+    through shortcuts for the frequent ones (a chunk sent, a step's outputs processed) and
+    gives identical records (tests/test_sim_fastpath.py runs both)."""
     if len(requests) != len(intended_s):
         raise ValueError("requests and intended_s differ in length")
     records: list[RequestRecord] = []
@@ -105,7 +110,8 @@ def simulate(cluster: Cluster, requests: Sequence[OfflineRequest], intended_s: S
     t_warm_end = 0.0
     if num_warmups and requests:
         warm = _warmups(requests, num_warmups)
-        wrecs, t_warm_end, n = _run(cluster, warm, [0.0] * len(warm), max_concurrency, on_step, 0.0)
+        wrecs, t_warm_end, n = _run(cluster, warm, [0.0] * len(warm), max_concurrency, on_step, 0.0,
+                                      stepwise)
         for r in wrecs:
             r.warmup = True
             r.intended_send_s -= t_warm_end
@@ -113,7 +119,7 @@ def simulate(cluster: Cluster, requests: Sequence[OfflineRequest], intended_s: S
         records.extend(wrecs)
         steps += n
     before = _spec_counters(cluster)
-    recs, t_end, n = _run(cluster, requests, intended_s, max_concurrency, on_step, t_warm_end)
+    recs, t_end, n = _run(cluster, requests, intended_s, max_concurrency, on_step, t_warm_end, stepwise)
     records.extend(recs)
     return OfflineRun(records, max(t_end - t_warm_end, 1e-9), steps + n,
                       _spec_delta(before, _spec_counters(cluster)))
@@ -178,8 +184,9 @@ class _EventLoop:
 
 def _run(cluster: Cluster, requests: Sequence[OfflineRequest], intended_s: Sequence[float],
          max_concurrency: int | None, on_step: StepObserver | None,
-         t0: float) -> tuple[list[RequestRecord], float, int]:
-    """One phase starting at virtual time t0; record times are relative to t0."""
+         t0: float, stepwise: bool = False) -> tuple[list[RequestRecord], float, int]:
+    """One phase starting at virtual time t0; record times are relative to t0 (`stepwise`:
+    see `simulate`)."""
     heap: list[tuple[float, int, int, int]] = []
     seq = 0
     for i, t in enumerate(intended_s):
@@ -361,8 +368,71 @@ def _run(cluster: Cluster, requests: Sequence[OfflineRequest], intended_s: Seque
             t_last = max(t_last, now)
         loop_next(k, now)
 
+    # The shortcuts below (`fast`) do what `loop_done` and `loop_next` do for the two most
+    # frequent pieces of work, a chunk sent and a step's outputs processed, without their
+    # generic dispatch: the same heap pushes in the same order (so the same sequence numbers
+    # break the same ties) and the same float operations, hence identical records.
+    fast = bool(loops) and not stepwise
+    heappop, heappush = heapq.heappop, heapq.heappush
     while heap:
-        now, _s, kind, arg = heapq.heappop(heap)
+        now, _s, kind, arg = heappop(heap)
+        if fast and kind == _LOOP:
+            lp = loops[arg]
+            cur = lp.current
+            if cur == _CHUNK:
+                tag, n_tokens = lp.item
+                fl = flights[tag]
+                assert fl is not None
+                # `_arrive(fl, now, n_tokens)`, one chunk of one token written out
+                fl.chunks += 1
+                times = fl.times
+                if not times:
+                    times.extend([now] * n_tokens)
+                elif n_tokens == 1:
+                    prev = times[-1]
+                    times.append(prev + (now - prev))  # `_arrive`'s gap / 1 x 1: exact
+                else:
+                    prev = times[-1]
+                    gap = (now - prev) / n_tokens
+                    times.extend([prev + gap * j for j in range(1, n_tokens + 1)])
+                waiting = lp.waiting
+                if fl.engine_done and tag not in waiting:
+                    complete(tag, now)
+                if now > t_last:
+                    t_last = now
+            elif cur == _OUTPUTS and not prefill_role[arg]:
+                emitted, done = lp.item
+                waiting = lp.waiting
+                add_task = lp.tasks.append
+                for r in emitted:
+                    tag = r.tag
+                    if tag in waiting:
+                        waiting[tag] += r.num_new_output
+                    else:
+                        waiting[tag] = r.num_new_output
+                        add_task((_CHUNK, tag))
+                for r in done:
+                    fl = flights[r.tag]
+                    assert fl is not None
+                    fl.engine_done = True
+                    if r.tag not in waiting:
+                        complete(r.tag, now)
+                        if now > t_last:
+                            t_last = now
+            else:
+                loop_done(arg, now)
+                continue
+            # `loop_next` when the next piece is a chunk (no step's outputs queued first)
+            tasks = lp.tasks
+            if not lp.steps and tasks and tasks[0][0] == _CHUNK:
+                lp.current = _CHUNK
+                tag = tasks.popleft()[1]
+                lp.item = (tag, lp.waiting.pop(tag))
+                heappush(heap, (now + chunk_cost, seq, _LOOP, arg))
+                seq += 1
+            else:
+                loop_next(arg, now)
+            continue
         if kind == _STEP_DONE:
             emitted, done = pending[arg]
             if loops and (emitted or done):

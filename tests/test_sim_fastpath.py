@@ -1,0 +1,147 @@
+"""The offline driver's fast path against its stepwise reference (`simulate(stepwise=True)`).
+
+Both must give the same records to the last bit (dataclass equality compares every float
+exactly), the same step count and the same preemptions, on random small schedules: random
+arrivals, prompt and output lengths, shared prefixes, chunked prefill, KV pools small
+enough to preempt, several replicas behind routing policies, speculative decoding,
+prefill/decode disaggregation, and API-server costs that make the event loop lag (chunks
+that merge tokens) or keep up. Several cases make ties likely on purpose (round-number
+costs, every request due at once on identical replicas), since ties are where a changed
+order of events would show.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from servelab.disaggregation import KvLink, KvTransfer
+from servelab.routing.policies import make_policy
+from servelab.sim.cluster import Cluster, DecodePool, NetworkCosts
+from servelab.sim.cost import AffineCost
+from servelab.sim.engine import SimConfig, SimEngine
+from servelab.sim.offline import OfflineRequest, OfflineRun, simulate
+from servelab.speculation import SpeculativeConfig
+
+_LINK = KvLink("test", 1.0, 100.0, "a test link")
+
+
+def _network(rng: random.Random, round_numbers: bool) -> NetworkCosts:
+    """API-server costs from none to heavy enough that the loop lags behind the engine."""
+    if round_numbers:  # multiples of the step costs below: equal event times are likely
+        return NetworkCosts(request_overhead_ms=2.0, router_hop_ms=0.0,
+                            frontend_us_per_prompt_token=10.0, frontend_us_per_output_token=1000.0,
+                            frontend_us_per_chunk=1000.0, frontend_us_per_request=1000.0,
+                            frontend_tokenize_us=1000.0, frontend_handoff_us=1000.0)
+    heavy = rng.random() < 0.5
+    scale = 20.0 if heavy else 1.0
+    return NetworkCosts(request_overhead_ms=rng.uniform(0.0, 5.0), router_hop_ms=rng.uniform(0.0, 1.0),
+                        frontend_us_per_prompt_token=rng.uniform(0.0, 5.0),
+                        frontend_us_per_output_token=rng.uniform(1.0, 10.0) * scale,
+                        frontend_us_per_chunk=rng.uniform(10.0, 60.0) * scale,
+                        frontend_us_per_request=rng.uniform(0.0, 1200.0),
+                        frontend_tokenize_us=rng.uniform(0.0, 900.0),
+                        frontend_handoff_us=rng.uniform(0.0, 1000.0))
+
+
+def _engine(rng: random.Random, round_numbers: bool, speculative: bool, seed: int) -> SimEngine:
+    if round_numbers:
+        cost = AffineCost(step_s=0.004, per_decode_seq_s=0.001, per_prefill_token_s=0.0001)
+    else:
+        cost = AffineCost(step_s=rng.uniform(1e-3, 8e-3), per_decode_seq_s=rng.uniform(0.0, 5e-4),
+                          per_decode_context_token_s=rng.uniform(0.0, 1e-6),
+                          per_prefill_token_s=rng.uniform(0.0, 2e-4),
+                          per_prefill_context_token_s=rng.uniform(0.0, 1e-8))
+    spec = None
+    if speculative:
+        k = rng.randint(1, 3)
+        spec = SpeculativeConfig(method="ngram", num_speculative_tokens=k,
+                                 acceptance=sorted((round(rng.uniform(0.3, 0.9), 2) for _ in range(k)),
+                                                   reverse=True))
+    blocks = rng.choice([48, 80, 400])  # 48 and 80 blocks of 16: preemptions under load
+    return SimEngine(SimConfig(num_gpu_blocks=blocks, block_size=16, max_num_seqs=rng.choice([4, 8, 32]),
+                               max_num_batched_tokens=rng.choice([64, 256, 2048]), max_model_len=600,
+                               enable_chunked_prefill=True, async_scheduling=rng.random() < 0.8,
+                               speculative=spec, seed=seed), cost)
+
+
+def _requests(rng: random.Random, n: int) -> list[OfflineRequest]:
+    prefixes = [tuple(range(50_000 + 100 * j, 50_000 + 100 * j + 64)) for j in range(3)]
+    out = []
+    for i in range(n):
+        plen = rng.randint(1, 300)
+        ids = tuple(range(i * 1000, i * 1000 + plen))
+        if rng.random() < 0.3:  # a shared prefix: prefix-cache hits
+            ids = rng.choice(prefixes) + ids
+        out.append(OfflineRequest(i, ids, rng.randint(1, 120), route_text=f"p{i % 7}"))
+    return out
+
+
+def _build(seed: int, case: str) -> tuple[Cluster, list[OfflineRequest], list[float], int | None, int]:
+    """A fresh cluster and schedule for (seed, case); called twice, it builds the same."""
+    rng = random.Random(seed)
+    round_numbers = case == "ties"
+    speculative = case == "speculative"
+    replicas = 1 if case == "one" else rng.randint(2, 4)
+    engines = [_engine(random.Random(seed * 31 + (0 if case == "ties" else j)), round_numbers,
+                       speculative, seed + j) for j in range(replicas)]
+    policy = None if replicas == 1 else make_policy(
+        rng.choice(["round_robin", "least_requests"]), random.Random(seed))
+    decode = None
+    if case == "pd":
+        decode = DecodePool([_engine(rng, False, False, seed + 100 + j) for j in range(2)],
+                            make_policy("round_robin", random.Random(seed)),
+                            KvTransfer(1000, 10, _LINK, 1, rng.random() < 0.5))
+    cluster = Cluster(engines, policy, _network(rng, round_numbers), decode)
+    n = rng.randint(20, 80)
+    reqs = _requests(rng, n)
+    if case == "ties":  # identical requests due at once on identical replicas
+        reqs = [OfflineRequest(i, tuple(range(i * 1000, i * 1000 + 64)), 40, route_text="x")
+                for i in range(n)]
+        intended = [0.0] * n
+    else:
+        rate = rng.choice([20.0, 200.0, 2000.0])
+        t, intended = 0.0, []
+        for _ in range(n):
+            t += rng.expovariate(rate)
+            intended.append(t)
+    conc = rng.choice([None, 4, 16])
+    warm = rng.choice([0, 0, 3])
+    return cluster, reqs, intended, conc, warm
+
+
+def _both(seed: int, case: str) -> tuple[tuple[OfflineRun, int], tuple[OfflineRun, int]]:
+    runs = []
+    for stepwise in (True, False):
+        cluster, reqs, intended, conc, warm = _build(seed, case)
+        run = simulate(cluster, reqs, intended, conc, warm, stepwise=stepwise)
+        runs.append((run, sum(e.stats.num_preemptions_total for e in cluster.engines)))
+    return runs[0], runs[1]
+
+
+@pytest.mark.parametrize("case", ["one", "fleet", "ties", "speculative", "pd"])
+@pytest.mark.parametrize("seed", range(6))
+def test_the_fast_path_gives_the_stepwise_records(seed: int, case: str) -> None:
+    (ref, ref_pre), (got, got_pre) = _both(seed, case)
+    assert got.num_steps == ref.num_steps and got_pre == ref_pre
+    assert got.duration_s == ref.duration_s
+    assert got.spec_decode == ref.spec_decode
+    assert len(got.records) == len(ref.records)
+    for a, b in zip(got.records, ref.records):
+        assert a == b, f"request {b.index} differs"
+
+
+def test_the_random_schedules_exercise_what_the_fast_path_shortcuts() -> None:
+    # the comparison above means something only if these cases reach the shortcuts' edges:
+    # preemptions, chunks that merge tokens, refused requests, speculative multi-token chunks
+    preempted = merged = multi = 0
+    for seed in range(6):
+        for case in ("fleet", "speculative"):
+            (ref, pre), _ = _both(seed, case)
+            preempted += pre
+            merged += sum(1 for r in ref.records if r.chunks is not None and r.chunks < r.output_len
+                          and case == "fleet")
+            multi += sum(1 for r in ref.records if r.chunks is not None and r.chunks < r.output_len
+                         and case == "speculative")
+    assert preempted > 0 and merged > 0 and multi > 0
