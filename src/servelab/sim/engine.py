@@ -209,15 +209,18 @@ class SimEngine:
     def has_work(self) -> bool:
         return bool(self._live)
 
-    def advance(self) -> tuple[float, ScheduledStep, list[SchedRequest], list[SchedRequest]]:
+    def advance(self, stepwise: bool = False) -> tuple[float, ScheduledStep, list[SchedRequest],
+                                                       list[SchedRequest]]:
         """Schedule, price and apply one step: (duration_s, step, emitted, finished).
 
-        The hot path of both drivers: no per-token objects.
+        The hot path of both drivers: no per-token objects. `stepwise` keeps the
+        scheduler's general loops for every step (the reference the shortcuts are tested
+        against; the same steps either way).
         """
         sched = self.scheduler
         if self.config.async_scheduling:
             self._admit_async(sched)
-        step = sched.schedule()
+        step = sched.schedule(stepwise)
         if not step.reqs:
             raise RuntimeError("engine has work but could schedule nothing (a bug)")
         duration = self.cost.step_duration_s(step)
@@ -226,7 +229,7 @@ class SimEngine:
             for r in step.reqs:
                 if r.sched_draft:
                     r.accepted = spec.verify(r.sched_draft)
-        emitted, done = sched.finish_step(step)
+        emitted, done = sched.finish_step(step, stepwise)
         if spec is None:
             self._generation_tokens_total += len(emitted)
         else:
@@ -235,9 +238,11 @@ class SimEngine:
                 if not r.finished:
                     r.num_draft = spec.propose(r.proposals)
                     r.proposals += 1
-        for r in emitted:
-            if r.num_output == 1:
-                self._prompt_tokens_total += r.prompt_len
+        # a first token can only come out of a prompt's last chunk (a step's prefill tokens)
+        if stepwise or step.prefill_tokens:
+            for r in emitted:
+                if r.num_output == 1:
+                    self._prompt_tokens_total += r.prompt_len
         live = self._live
         for r in done:
             del live[r.request_id]

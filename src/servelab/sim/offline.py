@@ -226,7 +226,7 @@ def _run(cluster: Cluster, requests: Sequence[OfflineRequest], intended_s: Seque
 
     def start_step(k: int, now: float) -> None:
         nonlocal seq, steps
-        dur, step, emitted, done = engines[k].advance()
+        dur, step, emitted, done = engines[k].advance(stepwise)
         if on_step is not None:
             on_step(k, now - t0, dur, step, engines[k])
         pending[k] = (emitted, done)

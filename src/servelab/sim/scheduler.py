@@ -165,9 +165,23 @@ class Scheduler:
             self._preempted_now += 1
         return True
 
-    def schedule(self) -> ScheduledStep:
-        """Choose the next step's batch (see the module docstring for the policy)."""
+    def schedule(self, stepwise: bool = False) -> ScheduledStep:
+        """Choose the next step's batch (see the module docstring for the policy).
+
+        Unless `stepwise`, a batch whose running requests are all one-token decodes that fit
+        their blocks takes a shortcut (`_decode_context`) to the same step."""
         lim = self.limits
+        if not stepwise and self.running and len(self.running) <= lim.max_num_batched_tokens:
+            d_ctx = self._decode_context()
+            if d_ctx >= 0:
+                # what the loop below gives such a batch: every request one decode token,
+                # no allocation, no preemption (`_preempted_now` is 0 between steps); then
+                # admission as usual
+                reqs = self.running[:]
+                d_seqs = len(reqs)
+                nums = [1] * d_seqs
+                p_tok, p_ctx = self._admit(reqs, nums, lim.max_num_batched_tokens - d_seqs, 0, 0)
+                return ScheduledStep(reqs, nums, d_seqs, d_ctx, p_tok, p_ctx, 0, len(reqs) - d_seqs, 0, 0)
         budget = lim.max_num_batched_tokens
         reqs: list[SchedRequest] = []
         nums: list[int] = []
@@ -218,6 +232,30 @@ class Scheduler:
         return ScheduledStep(reqs, nums, d_seqs, d_ctx, p_tok, p_ctx, preempted, len(reqs) - d_seqs,
                              drafts, drafting)
 
+    def _decode_context(self) -> int:
+        """The decode context tokens of the running batch (`ScheduledStep.
+        decode_context_tokens`) when every running request asks for exactly one decode token
+        (all its known tokens but the last computed, no draft, past its prompt) with nothing
+        left to register, and its blocks hold that token or a free block can take it; -1
+        when any does not, and `schedule` takes its general loop. A request whose last
+        block is full gets one new block here, in running order, as `_allocate` gives it;
+        when -1 follows, the general loop finds those requests fitting and goes on from
+        the same pool."""
+        pool = self.pool
+        bs = pool.block_size
+        d_ctx = 0
+        for r in self.running:
+            nc = r.num_computed
+            if (nc + 1 != r.prompt_len + r.num_output or nc < r.prompt_len or r.num_draft
+                    or r.num_registered < len(r.hashes)):
+                return -1
+            if nc >= len(r.blocks) * bs:
+                if not pool.num_free_blocks:
+                    return -1  # the general loop preempts
+                r.blocks.extend(pool.allocate(1))
+            d_ctx += nc + 1
+        return d_ctx
+
     def _admit(self, reqs: list[SchedRequest], nums: list[int], budget: int,
                p_tok: int, p_ctx: int) -> tuple[int, int]:
         lim, pool, bs = self.limits, self.pool, self.pool.block_size
@@ -253,11 +291,27 @@ class Scheduler:
             p_ctx += n * req.num_computed + n * (n + 1) // 2
         return p_tok, p_ctx
 
-    def finish_step(self, step: ScheduledStep) -> tuple[list[SchedRequest], list[SchedRequest]]:
+    def finish_step(self, step: ScheduledStep,
+                    stepwise: bool = False) -> tuple[list[SchedRequest], list[SchedRequest]]:
         """Apply a computed step: returns (requests that sampled tokens, those that finished);
-        each emitted request's `num_new_output` says how many (1 + accepted drafts)."""
-        emitted: list[SchedRequest] = []
+        each emitted request's `num_new_output` says how many (1 + accepted drafts).
+
+        Unless `stepwise`, a step without prefill tokens and drafts (every request one
+        decode token, each short of its max_tokens) takes a shortcut to the same updates."""
+        emitted: list[SchedRequest]
         done: list[SchedRequest] = []
+        if not stepwise and not step.prefill_tokens and not step.draft_tokens:
+            emitted = step.reqs[:]
+            for req in emitted:
+                req.num_computed += 1
+                out = req.num_output + 1
+                req.num_output = out
+                req.num_new_output = 1
+                if out >= req.max_tokens:
+                    done.append(req)
+            self._retire(done)
+            return emitted, done
+        emitted = []
         for req, n in zip(step.reqs, step.num_new):
             req.num_computed += n
             draft = req.sched_draft
@@ -274,10 +328,14 @@ class Scheduler:
                 emitted.append(req)
                 if req.num_output >= req.max_tokens:
                     done.append(req)
+        self._retire(done)
+        return emitted, done
+
+    def _retire(self, done: list[SchedRequest]) -> None:
+        """Finished requests leave the running queue and free their blocks."""
         if done:
             running = self.running
             for req in done:
                 running.remove(req)
                 self._release(req)
                 req.finished = True
-        return emitted, done
