@@ -17,11 +17,13 @@ import random
 import pytest
 
 from servelab.disaggregation import KvLink, KvTransfer
+from servelab.plan import EngineArgs
 from servelab.routing.policies import make_policy
 from servelab.sim.cluster import Cluster, DecodePool, NetworkCosts
 from servelab.sim.cost import AffineCost
 from servelab.sim.engine import SimConfig, SimEngine
 from servelab.sim.offline import OfflineRequest, OfflineRun, simulate
+from servelab.sim.setup import SimOptions, build_cluster
 from servelab.speculation import SpeculativeConfig
 
 _LINK = KvLink("test", 1.0, 100.0, "a test link")
@@ -86,6 +88,9 @@ def _build(seed: int, case: str) -> tuple[Cluster, list[OfflineRequest], list[fl
     replicas = 1 if case == "one" else rng.randint(2, 4)
     engines = [_engine(random.Random(seed * 31 + (0 if case == "ties" else j)), round_numbers,
                        speculative, seed + j) for j in range(replicas)]
+    if case in ("ties", "fleet"):  # one cost model and its decode-step memo, as build_cluster
+        engines = [engines[0]] + [SimEngine(e.config, engines[0].cost, engines[0].decode_times)
+                                  for e in engines[1:]]
     policy = None if replicas == 1 else make_policy(
         rng.choice(["round_robin", "least_requests"]), random.Random(seed))
     decode = None
@@ -134,14 +139,29 @@ def test_the_fast_path_gives_the_stepwise_records(seed: int, case: str) -> None:
 
 def test_the_random_schedules_exercise_what_the_fast_path_shortcuts() -> None:
     # the comparison above means something only if these cases reach the shortcuts' edges:
-    # preemptions, chunks that merge tokens, refused requests, speculative multi-token chunks
+    # preemptions, chunks that merge tokens behind a lagging event loop, speculative
+    # multi-token chunks
     preempted = merged = multi = 0
     for seed in range(6):
-        for case in ("fleet", "speculative"):
+        for case in ("one", "fleet", "ties", "speculative"):
             (ref, pre), _ = _both(seed, case)
             preempted += pre
-            merged += sum(1 for r in ref.records if r.chunks is not None and r.chunks < r.output_len
-                          and case == "fleet")
-            multi += sum(1 for r in ref.records if r.chunks is not None and r.chunks < r.output_len
-                         and case == "speculative")
+            short = sum(1 for r in ref.records if r.chunks is not None and r.chunks < r.output_len)
+            if case == "speculative":
+                multi += short
+            else:
+                merged += short
     assert preempted > 0 and merged > 0 and multi > 0
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_the_fast_path_gives_the_stepwise_records_on_the_operator_model(seed: int) -> None:
+    # the shipped H200 cost model and API-server figures, three replicas behind round robin
+    opts = SimOptions("Qwen/Qwen3-0.6B", "H200", None, EngineArgs(max_num_seqs=16), replicas=3)
+    rng = random.Random(seed)
+    reqs = _requests(rng, 60)
+    intended = sorted(rng.uniform(0.0, 0.5) for _ in reqs)
+    ref = simulate(build_cluster(opts, random.Random(seed)), reqs, intended, 24, 2, stepwise=True)
+    got = simulate(build_cluster(opts, random.Random(seed)), reqs, intended, 24, 2)
+    assert got.num_steps == ref.num_steps and got.duration_s == ref.duration_s
+    assert got.records == ref.records

@@ -87,7 +87,10 @@ class StepCounts(Protocol):
 
 
 class CostModel(Protocol):
-    """Anything that can price a step (seconds of virtual time) and say how it does."""
+    """Anything that can price a step (seconds of virtual time) and say how it does.
+
+    The price must depend on the step's counts alone (the engine memoises decode-only
+    steps by their counts: `servelab.sim.engine.DecodeStepTimes`)."""
 
     @property
     def source(self) -> str: ...

@@ -131,10 +131,41 @@ def rejection_message(prompt_len: int, max_tokens: int, max_model_len: int) -> s
             f"{prompt_len} input tokens ({max_tokens} > {max_model_len} - {prompt_len}).")
 
 
-class SimEngine:
-    """A scheduler, a KV block pool and a cost model: one simulated replica."""
+class DecodeStepTimes:
+    """Seconds of decode-only steps (no prefill tokens, no drafts) by (sequences, context
+    tokens), the only counts such a step's price depends on, memoised from one cost model:
+    replicas that share the cost model share this too (`servelab.sim.setup` builds them
+    so), and a fleet's replicas run the same decode shapes over and over. At most
+    `max_entries` shapes are kept (then the rest are priced each time), so a long run's
+    memory stays bounded."""
 
-    def __init__(self, config: SimConfig, cost: CostModel) -> None:
+    __slots__ = ("cost", "max_entries", "_times")
+
+    def __init__(self, cost: CostModel, max_entries: int = 1 << 18) -> None:
+        self.cost = cost
+        self.max_entries = max_entries
+        self._times: dict[tuple[int, int], float] = {}
+
+    def seconds(self, step: ScheduledStep) -> float:
+        """`cost.step_duration_s(step)` for a decode-only step."""
+        key = (step.decode_seqs, step.decode_context_tokens)
+        got = self._times.get(key)
+        if got is None:
+            got = self.cost.step_duration_s(step)
+            if len(self._times) < self.max_entries:
+                self._times[key] = got
+        return got
+
+
+class SimEngine:
+    """A scheduler, a KV block pool and a cost model: one simulated replica. Replicas
+    built on one cost model can share its `DecodeStepTimes` (`decode_times`; None: their
+    own)."""
+
+    def __init__(self, config: SimConfig, cost: CostModel,
+                 decode_times: DecodeStepTimes | None = None) -> None:
+        if decode_times is not None and decode_times.cost is not cost:
+            raise ValueError("decode_times memoises another cost model")
         if config.num_gpu_blocks * config.block_size < config.max_model_len:
             raise ServelabError(
                 f"the KV pool ({config.num_gpu_blocks * config.block_size} tokens) cannot hold "
@@ -142,6 +173,7 @@ class SimEngine:
                 "or raise --gpu-memory-utilization (vLLM refuses to start here too)")
         self.config = config
         self.cost = cost
+        self.decode_times = decode_times if decode_times is not None else DecodeStepTimes(cost)
         self.memory = config.memory
         self.pool = BlockPool(config.num_gpu_blocks, config.block_size, config.enable_prefix_caching)
         self.scheduler = Scheduler(
@@ -223,7 +255,10 @@ class SimEngine:
         step = sched.schedule(stepwise)
         if not step.reqs:
             raise RuntimeError("engine has work but could schedule nothing (a bug)")
-        duration = self.cost.step_duration_s(step)
+        if stepwise or step.prefill_tokens or step.draft_tokens:
+            duration = self.cost.step_duration_s(step)
+        else:
+            duration = self.decode_times.seconds(step)
         spec = self.spec
         if spec is not None and step.drafting_seqs:
             for r in step.reqs:

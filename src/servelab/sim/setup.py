@@ -101,11 +101,13 @@ def kv_transfer(model_name: str, quantization: str | None, gpu: str, args: Any,
 
 
 def _pool(opts: SimOptions, args: Any, replicas: int, cal: Calibration) -> list[SimEngine]:
-    """`replicas` fresh engines of one shape; each draws acceptance from its own stream."""
+    """`replicas` fresh engines of one shape; each draws acceptance from its own stream;
+    they share one cost model and its memo of decode-step times."""
     first = build_engine(opts.model, opts.gpu, opts.quantization, args, cal,
                          opts.async_scheduling, opts.profile, opts.speculative, layout=opts.nodes,
                          expert_skew=opts.expert_skew)
-    return [first] + [SimEngine(dataclasses.replace(first.config, seed=r), first.cost)
+    return [first] + [SimEngine(dataclasses.replace(first.config, seed=r), first.cost,
+                                  first.decode_times)
                       for r in range(1, replicas)]
 
 
