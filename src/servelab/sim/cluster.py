@@ -81,6 +81,7 @@ class Cluster:
         self.network = network
         self.in_flight = [0] * len(self.engines)
         self.routed = [0] * len(self.engines)
+        self._views: list[tuple[tuple[int, int, int, int], ReplicaView] | None] = [None] * len(self.engines)
 
     def is_prefill(self, index: int) -> bool:
         """True for a prefill replica of a disaggregated cluster."""
@@ -132,16 +133,27 @@ class Cluster:
         if policy is None or hi - lo == 1:
             index = lo
         else:
-            views = [
-                ReplicaView(index=i - lo, healthy=True, in_flight=self.in_flight[i],
-                            running=len(e.scheduler.running), waiting=len(e.scheduler.waiting),
-                            kv_usage_frac=e.pool.usage_frac, telemetry_age_s=0.0)
-                for i, e in enumerate(self.engines[lo:hi], start=lo)
-            ]
+            views = [self._view(i, lo) for i in range(lo, hi)]
             index = lo + policy.choose(req, views, now_s).index
         self.in_flight[index] += 1
         self.routed[index] += 1
         return index
+
+    def _view(self, i: int, lo: int) -> ReplicaView:
+        """Replica i as its policy sees it (index relative to its pool's first, `lo`). A
+        view is immutable and a fleet's replicas mostly stand still between two requests,
+        so a replica's last view is handed out again while what it shows is unchanged
+        (in flight, running, waiting, free blocks: its KV usage is a function of those)."""
+        e = self.engines[i]
+        sched = e.scheduler
+        key = (self.in_flight[i], len(sched.running), len(sched.waiting), e.pool.num_free_blocks)
+        last = self._views[i]
+        if last is not None and last[0] == key:
+            return last[1]
+        view = ReplicaView(index=i - lo, healthy=True, in_flight=key[0], running=key[1],
+                           waiting=key[2], kv_usage_frac=e.pool.usage_frac, telemetry_age_s=0.0)
+        self._views[i] = (key, view)
+        return view
 
     def finished(self, index: int, req: RouteRequest, ttft_ms: float | None,
                  mean_itl_ms: float | None, ok: bool, now_s: float) -> None:

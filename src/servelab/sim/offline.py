@@ -203,6 +203,9 @@ def _run(cluster: Cluster, requests: Sequence[OfflineRequest], intended_s: Seque
     intake_free = [t0] * len(engines)  # when each replica's tokenizer worker is next free
     tok_cost, chunk_cost = cluster.frontend_output_s, cluster.frontend_chunk_s
     req_cost, handoff_cost = cluster.frontend_request_s, cluster.frontend_handoff_s
+    # without speculation every emitted request got one token (`loop_next` counts them so
+    # unless stepwise)
+    plain = [not stepwise and e.spec is None for e in engines]
     loops = ([_EventLoop() for _ in engines]
              if (tok_cost or chunk_cost or req_cost or handoff_cost) else [])
     t_last = t0
@@ -315,7 +318,9 @@ def _run(cluster: Cluster, requests: Sequence[OfflineRequest], intended_s: Seque
         lp = loops[k]
         if lp.steps:
             lp.current, lp.item = _OUTPUTS, lp.steps.popleft()
-            dt = tok_cost * sum(r.num_new_output for r in lp.item[0])
+            emitted = lp.item[0]
+            # one token each where the engine does not speculate (`plain`)
+            dt = tok_cost * (len(emitted) if plain[k] else sum(r.num_new_output for r in emitted))
         elif lp.tasks:
             lp.current, tag = lp.tasks.popleft()
             if lp.current == _CHUNK:
