@@ -250,7 +250,8 @@ class SimEngine:
         against; the same steps either way).
         """
         sched = self.scheduler
-        if self.config.async_scheduling:
+        # (with nothing received since the last step, `_admit_async` changes nothing)
+        if self.config.async_scheduling and (stepwise or self._held or self._inbox):
             self._admit_async(sched)
         step = sched.schedule(stepwise)
         if not step.reqs:
