@@ -207,9 +207,11 @@ H200_API_SERVER: Mapping[str, float] = MappingProxyType(dict(
 # step); what a verification step leaves after the target's verification, per drafter layer
 # and forward: 604 us at batch 1, 429 at batch 16 (611 / 440 before the speculative path's
 # per-step CPU cost was priced, 2026-12-02; the mean 516.8 before the V1 runner's graph
-# sizes were rounded to multiples of K + 1 and the speculative CPU refitted, 2026-12-03) (Qwen3-14B with a Qwen3-0.6B-shaped
-# draft model, K = 4; docs/validation/sim-host-2026-12-01, `summarise.py`, which derives this mean).
-H200_DRAFT_LAYER_US = 516.3
+# sizes were rounded to multiples of K + 1 and the speculative CPU refitted, 516.3 before
+# that CPU was refitted again once the API server streamed each step's own tokens,
+# 2026-12-03) (Qwen3-14B with a Qwen3-0.6B-shaped draft model, K = 4;
+# docs/validation/sim-host-2026-12-01, `summarise.py`, which derives this mean).
+H200_DRAFT_LAYER_US = 517.8
 # vLLM 0.25.1 without asynchronous scheduling on the H200 host: what a step on piecewise
 # CUDA graphs costs over the same step on a full graph, per layer. Qwen3-14B, n-gram K = 6,
 # the prefix workload at c1..c16, forced to cudagraph_mode PIECEWISE vs FULL: mean chunk gap
@@ -234,7 +236,7 @@ DEFAULT_CALIBRATIONS: dict[str, Calibration] = {
                         **H200_API_SERVER, draft_layer_us=H200_DRAFT_LAYER_US,
                         cpu_step_ms=2.081, cpu_per_seq_us=16.70,
                         sync_piecewise_layer_us=H200_SYNC_PIECEWISE_LAYER_US,
-                        spec_step_us=866.9, spec_per_seq_us=98.62,
+                        spec_step_us=740.5, spec_per_seq_us=94.61,
                         fitted_on=("H200 vLLM 0.25.1: Qwen3-4B, Llama-3.1-8B (10 cells)",
                                    "cpu_*: Qwen3-14B --no-async-scheduling (8 cells)",
                                    "spec_step_us, spec_per_seq_us: Qwen3-14B n-gram K=2 (8 cells)")),

@@ -171,7 +171,7 @@ class _EventLoop:
     __slots__ = ("steps", "tasks", "waiting", "current", "item")
 
     def __init__(self) -> None:
-        self.steps: deque[tuple[list, list]] = deque()  # outputs not yet processed
+        self.steps: deque[tuple[list, list[int], list]] = deque()  # outputs not yet processed
         self.tasks: deque[tuple[int, int]] = deque()    # (_CHUNK | _TAKE_IN | _HAND_OFF, request)
         self.waiting: dict[int, int] = {}                # request -> tokens waiting to be sent
         self.current = _IDLE
@@ -198,7 +198,10 @@ def _run(cluster: Cluster, requests: Sequence[OfflineRequest], intended_s: Seque
     slot_queue: deque[tuple[int, float]] = deque()
     engines = cluster.engines
     busy = [False] * len(engines)
-    pending: list[tuple[list, list]] = [([], [])] * len(engines)
+    # a step's (emitted, tokens each, finished): the counts are read when the step is
+    # applied, since the engine applies its next step (and rewrites `num_new_output`)
+    # before the API server's loop gets to this one's outputs
+    pending: list[tuple[list, list[int], list]] = [([], [], [])] * len(engines)
     ingress = cluster.ingress_s
     intake_free = [t0] * len(engines)  # when each replica's tokenizer worker is next free
     tok_cost, chunk_cost = cluster.frontend_output_s, cluster.frontend_chunk_s
@@ -232,7 +235,8 @@ def _run(cluster: Cluster, requests: Sequence[OfflineRequest], intended_s: Seque
         dur, step, emitted, done = engines[k].advance(stepwise)
         if on_step is not None:
             on_step(k, now - t0, dur, step, engines[k])
-        pending[k] = (emitted, done)
+        pending[k] = (emitted, [1] * len(emitted) if plain[k] else [r.num_new_output for r in emitted],
+                      done)
         busy[k] = True
         steps += 1
         if prefill_role[k]:
@@ -318,9 +322,8 @@ def _run(cluster: Cluster, requests: Sequence[OfflineRequest], intended_s: Seque
         lp = loops[k]
         if lp.steps:
             lp.current, lp.item = _OUTPUTS, lp.steps.popleft()
-            emitted = lp.item[0]
             # one token each where the engine does not speculate (`plain`)
-            dt = tok_cost * (len(emitted) if plain[k] else sum(r.num_new_output for r in emitted))
+            dt = tok_cost * (len(lp.item[0]) if plain[k] else sum(lp.item[1]))
         elif lp.tasks:
             lp.current, tag = lp.tasks.popleft()
             if lp.current == _CHUNK:
@@ -338,18 +341,18 @@ def _run(cluster: Cluster, requests: Sequence[OfflineRequest], intended_s: Seque
         nonlocal t_last, seq
         lp = loops[k]
         if lp.current == _OUTPUTS:
-            emitted, done = lp.item
+            emitted, counts, done = lp.item
             if prefill_role[k]:
                 # the proxy keeps a prefill replica's one token; the KV moves on
                 for r in done:
                     hand_off(r.tag, k, now)
                 loop_next(k, now)
                 return
-            for r in emitted:
+            for r, n in zip(emitted, counts):
                 if r.tag in lp.waiting:
-                    lp.waiting[r.tag] += r.num_new_output
+                    lp.waiting[r.tag] += n
                 else:
-                    lp.waiting[r.tag] = r.num_new_output
+                    lp.waiting[r.tag] = n
                     lp.tasks.append((_CHUNK, r.tag))
             for r in done:
                 fl = flights[r.tag]
@@ -406,15 +409,15 @@ def _run(cluster: Cluster, requests: Sequence[OfflineRequest], intended_s: Seque
                 if now > t_last:
                     t_last = now
             elif cur == _OUTPUTS and not prefill_role[arg]:
-                emitted, done = lp.item
+                emitted, counts, done = lp.item
                 waiting = lp.waiting
                 add_task = lp.tasks.append
-                for r in emitted:
+                for r, n in zip(emitted, counts):
                     tag = r.tag
                     if tag in waiting:
-                        waiting[tag] += r.num_new_output
+                        waiting[tag] += n
                     else:
-                        waiting[tag] = r.num_new_output
+                        waiting[tag] = n
                         add_task((_CHUNK, tag))
                 for r in done:
                     fl = flights[r.tag]
@@ -439,19 +442,19 @@ def _run(cluster: Cluster, requests: Sequence[OfflineRequest], intended_s: Seque
                 loop_next(arg, now)
             continue
         if kind == _STEP_DONE:
-            emitted, done = pending[arg]
+            emitted, counts, done = pending[arg]
             if loops and (emitted or done):
                 # The API server's event loop takes the step's outputs in its turn; the
                 # engine steps on meanwhile.
-                loops[arg].steps.append((emitted, done))
+                loops[arg].steps.append(pending[arg])
                 if not loops[arg].busy:
                     loop_next(arg, now)
             elif prefill_role[arg]:
                 for r in done:
                     hand_off(r.tag, arg, now)  # type: ignore[arg-type]
             else:
-                for r in emitted:
-                    _arrive(flights[r.tag], now, r.num_new_output)  # type: ignore[arg-type, index]
+                for r, n in zip(emitted, counts):
+                    _arrive(flights[r.tag], now, n)  # type: ignore[arg-type, index]
                 for r in done:
                     complete(r.tag, now)  # type: ignore[arg-type]
                 t_last = now
