@@ -9,6 +9,7 @@ when encoding prefix + suffix leaves the prefix's ids untouched.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -18,6 +19,7 @@ from servelab.workload.request import ChatMessage, RequestSpec
 from servelab.workload.tokenizer import TokenizerHandle
 
 _MAX_TRIES = 64
+_CHUNK = 4096  # requests whose first tries are decoded and encoded in one batch
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,12 +53,36 @@ class TextMaker:
 
     def fit(self, n: int, head: Fitted | None = None, ids: list[int] | None = None) -> Fitted:
         """`head.text` + a body of exactly `n` tokens, starting from `ids` (else random)."""
+        ids = list(ids) if ids is not None else self.random_ids(n)
+        body = self._tok.decode(ids)
+        head_text = head.text if head is not None else ""
+        return self._settle(n, head, ids, body, self._tok.encode(head_text + body))
+
+    def fit_many(self, lengths: Sequence[int], head: Fitted | None,
+                 ids: Sequence[list[int]]) -> list[Fitted]:
+        """`[fit(n, head, i) for n, i in zip(lengths, ids)]`, the same texts and the same draws
+        from the generator, with the first try of every text decoded and encoded in one batch.
+
+        A first try draws nothing from the generator (its ids are given), so trying them all
+        first and then retrying the misses in order draws exactly what the one-by-one loop
+        draws; the batch saves the per-call overhead (and runs on the tokenizer's threads).
+        """
+        head_text = head.text if head is not None else ""
+        bodies = self._tok.decode_batch(ids)
+        fulls = self._tok.encode_batch([head_text + b for b in bodies])
+        return [self._settle(n, head, list(i), b, f)
+                for n, i, b, f in zip(lengths, ids, bodies, fulls)]
+
+    def _settle(self, n: int, head: Fitted | None, ids: list[int], body: str,
+                full: list[int]) -> Fitted:
+        """The fitted text, given the first try: `body` decoded from `ids`, `full` the
+        encoding of the head's text + `body`; retries adjust the ids (or draw fresh ones)."""
         head_text, head_ids = (head.text, head.ids) if head is not None else ("", [])
         k = len(head_ids)
-        ids = list(ids) if ids is not None else self.random_ids(n)
         for attempt in range(_MAX_TRIES):
-            body = self._tok.decode(ids)
-            full = self._tok.encode(head_text + body)
+            if attempt:
+                body = self._tok.decode(ids)
+                full = self._tok.encode(head_text + body)
             got = full[k:]
             if full[:k] == head_ids:
                 if len(got) == n:
@@ -121,6 +147,37 @@ def random_requests(
 
     Input lengths are uniform in [L(1-r), L(1+r)] tokens after a `random_prefix_len` prefix;
     output lengths likewise (at least 1).
+    """
+    maker = TextMaker(tok, rng)
+    n = opts.num_prompts
+    in_lo, in_hi = length_bounds(opts.input_len, opts.range_ratio, 0)
+    out_lo, out_hi = length_bounds(opts.output_len, opts.range_ratio, 1)
+    input_lens = rng.integers(in_lo, in_hi + 1, size=n)
+    output_lens = rng.integers(out_lo, out_hi + 1, size=n)
+    offsets = rng.integers(0, len(maker.alphabet), size=n)
+    prefix = maker.fit(opts.prefix_len) if opts.prefix_len else None
+    alphabet_len = len(maker.alphabet)
+    out = []
+    # Chunks bound the memory of the batched first tries (texts, encodings) at a million
+    # requests; chunks run in order, so the generator's draws keep their order.
+    for lo in range(0, n, _CHUNK):
+        hi = min(lo + _CHUNK, n)
+        lens = input_lens[lo:hi].tolist()
+        firsts = [maker.alphabet[(int(offsets[i]) + i + np.arange(m)) % alphabet_len].tolist()
+                  for i, m in zip(range(lo, hi), lens)]
+        for i, fitted in zip(range(lo, hi), maker.fit_many(lens, prefix, firsts)):
+            out.append(request_spec(i, fitted.text, len(fitted.ids), int(output_lens[i]),
+                                    opts.use_chat))
+    return out
+
+
+def random_requests_one_by_one(
+    opts: RandomShape, tok: TokenizerHandle, rng: np.random.Generator
+) -> list[RequestSpec]:
+    """`random_requests` as it was before its first tries were batched: one `fit` per request.
+
+    The same requests for the same generator; kept as the reference the tests and
+    bench/workload_speed.py compare the batched path with.
     """
     maker = TextMaker(tok, rng)
     n = opts.num_prompts

@@ -46,10 +46,18 @@ class TokenizerHandle:
         return self._tok.encode(text, add_special_tokens=False).ids
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        """`[encode(t) for t in texts]`, in one call (on the tokenizer's threads)."""
+        if self._tok.padding is not None:
+            # A batch is padded to its longest text, which one text alone is not.
+            return [self.encode(t) for t in texts]
         return [e.ids for e in self._tok.encode_batch(list(texts), add_special_tokens=False)]
 
     def decode(self, ids: Sequence[int]) -> str:
         return self._tok.decode(list(ids), skip_special_tokens=False)
+
+    def decode_batch(self, seqs: Sequence[Sequence[int]]) -> list[str]:
+        """`[decode(s) for s in seqs]`, in one call."""
+        return self._tok.decode_batch([list(s) for s in seqs], skip_special_tokens=False)
 
     def count(self, text: str) -> int:
         """Number of tokens in `text`."""
