@@ -13,6 +13,8 @@ import hashlib
 import numpy as np
 import pytest
 
+from servelab.sim.offline import offline_requests
+from servelab.workload.datasets import DatasetOptions, build_workload
 from servelab.workload.request import RequestSpec
 from servelab.workload.synthetic import (
     RandomShape,
@@ -66,3 +68,24 @@ def test_fit_many_draws_what_fit_draws() -> None:
     fitted = [one.fit(len(ids), None, ids) for ids in starts]
     assert many.fit_many([len(i) for i in starts], None, starts) == fitted
     assert one.random_ids(8) == many.random_ids(8)
+
+
+def test_random_workload_keeps_the_encodings_of_its_texts() -> None:
+    """`Workload.token_ids` are exactly the texts' encodings, so the simulator's requests
+    built from them equal those built by encoding the texts again."""
+    tok = load_tokenizer(None)
+    opts = DatasetOptions(dataset_name="random", num_prompts=120, random_input_len=60,
+                          random_output_len=9, random_range_ratio=0.5, random_prefix_len=7)
+    work = build_workload(opts, tok, 3)
+    assert work.token_ids is not None
+    assert work.token_ids == tok.encode_batch([r.text for r in work.requests])
+    assert offline_requests(work.requests, tok, work.token_ids) == offline_requests(work.requests, tok)
+    chat = build_workload(opts.model_copy(update={"use_chat": True}), tok, 3)
+    assert chat.token_ids == work.token_ids
+
+
+def test_other_datasets_leave_token_ids_unset() -> None:
+    opts = DatasetOptions(dataset_name="prefix_repetition", num_prompts=4,
+                          prefix_repetition_prefix_len=8, prefix_repetition_suffix_len=4,
+                          prefix_repetition_num_prefixes=2)
+    assert build_workload(opts, load_tokenizer(None), 0).token_ids is None

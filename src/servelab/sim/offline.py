@@ -544,11 +544,18 @@ def _warmups(requests: Sequence[OfflineRequest], n: int) -> list[OfflineRequest]
     return out
 
 
-def offline_requests(specs: Sequence[RequestSpec], tokenizer: Any) -> list[OfflineRequest]:
+def offline_requests(specs: Sequence[RequestSpec], tokenizer: Any,
+                     token_ids: Sequence[list[int]] | None = None) -> list[OfflineRequest]:
     """The engines' view of `specs`: token ids from `tokenizer.encode_batch`, fitted to
-    each spec's `prompt_len`; the text is what a routing policy sees."""
+    each spec's `prompt_len`; the text is what a routing policy sees. `token_ids`, when
+    given, are those encodings already made (`Workload.token_ids`), used instead."""
     texts = [s.text for s in specs]
-    encoded = tokenizer.encode_batch(texts) if texts else []
+    if token_ids is not None:
+        if len(token_ids) != len(specs):
+            raise ValueError(f"{len(token_ids)} token id lists for {len(specs)} requests")
+        encoded: Sequence[list[int]] = token_ids
+    else:
+        encoded = tokenizer.encode_batch(texts) if texts else []
     return [
         OfflineRequest(index=s.index, prompt_token_ids=fit_token_ids(ids, s.prompt_len, s.index),
                        output_len=s.output_len, route_text=text)
@@ -575,7 +582,7 @@ class PreparedWorkload:
 def prepare_workload(dataset: DatasetOptions, seed: int, arrivals: ArrivalOptions) -> PreparedWorkload:
     tok = load_tokenizer(dataset.tokenizer)
     wl = build_workload(dataset, tok, seed)
-    reqs = offline_requests(wl.requests, tok)
+    reqs = offline_requests(wl.requests, tok, wl.token_ids)
     intended = np.asarray(schedule_s(wl, arrivals, np.random.default_rng(seed)))
     return PreparedWorkload(reqs, intended, wl.tokenizer.name, wl.tokenizer.source, tuple(wl.notes))
 

@@ -170,7 +170,9 @@ class Workload:
     requests); `seed` is the seed the requests were drawn with. `arrival_s`, when set, are
     the requests' own send times (s after the first; a timed trace replayed on its clock).
     `sessions`, when set, group the requests into multi-turn conversations whose later
-    turns wait for earlier answers (see `servelab.workload.sessions`).
+    turns wait for earlier answers (see `servelab.workload.sessions`). `token_ids`, when
+    set, are each request's `tokenizer.encode(request.text)`, kept by datasets that had to
+    compute them (random), so that the simulator need not encode the texts again.
     """
 
     requests: list[RequestSpec]
@@ -180,6 +182,7 @@ class Workload:
     notes: list[str] = field(default_factory=list)
     arrival_s: tuple[float, ...] | None = None
     sessions: tuple[Session, ...] | None = None
+    token_ids: list[list[int]] | None = None
 
 
 @dataclass(slots=True)
@@ -188,6 +191,13 @@ class _Built:
     notes: list[str] = field(default_factory=list)
     arrival_s: tuple[float, ...] | None = None
     sessions: tuple[Session, ...] | None = None
+    token_ids: list[list[int]] | None = None
+
+
+def _random(opts: DatasetOptions, tok: TokenizerHandle, seed: int) -> _Built:
+    requests, ids = synthetic.random_requests_and_ids(random_shape(opts), tok,
+                                                      np.random.default_rng(seed))
+    return _Built(requests, token_ids=ids)
 
 
 def random_shape(opts: DatasetOptions) -> synthetic.RandomShape:
@@ -304,7 +314,7 @@ def _sessions(opts: DatasetOptions, tok: TokenizerHandle, seed: int) -> _Built:
 _BUILDERS: dict[str, Callable[[DatasetOptions, TokenizerHandle, int], _Built]] = {
     "sharegpt": _sharegpt,
     "jsonl": _jsonl,
-    "random": lambda o, t, s: _Built(synthetic.random_requests(random_shape(o), t, np.random.default_rng(s))),
+    "random": _random,
     "prefix_repetition": lambda o, t, s: _Built(
         synthetic.prefix_repetition_requests(synthetic.PrefixRepetitionShape(
             o.num_prompts, o.prefix_repetition_prefix_len, o.prefix_repetition_suffix_len,
@@ -329,4 +339,4 @@ def build_workload(opts: DatasetOptions, tokenizer: TokenizerHandle, seed: int) 
         notes.append("--no-stream: accepted and meaningless here (vLLM's flag for streaming "
                      "hub datasets; servelab reads local files whole)")
     return Workload(built.requests, tokenizer.info, opts.dataset_name, seed, notes,
-                    built.arrival_s, built.sessions)
+                    built.arrival_s, built.sessions, built.token_ids)

@@ -148,6 +148,14 @@ def random_requests(
     Input lengths are uniform in [L(1-r), L(1+r)] tokens after a `random_prefix_len` prefix;
     output lengths likewise (at least 1).
     """
+    return random_requests_and_ids(opts, tok, rng)[0]
+
+
+def random_requests_and_ids(
+    opts: RandomShape, tok: TokenizerHandle, rng: np.random.Generator
+) -> tuple[list[RequestSpec], list[list[int]]]:
+    """`random_requests`, and each request's prompt token ids (`tok.encode(request.text)`),
+    which fitting the texts computed anyway."""
     maker = TextMaker(tok, rng)
     n = opts.num_prompts
     in_lo, in_hi = length_bounds(opts.input_len, opts.range_ratio, 0)
@@ -158,6 +166,7 @@ def random_requests(
     prefix = maker.fit(opts.prefix_len) if opts.prefix_len else None
     alphabet_len = len(maker.alphabet)
     out = []
+    ids = []
     # Chunks bound the memory of the batched first tries (texts, encodings) at a million
     # requests; chunks run in order, so the generator's draws keep their order.
     for lo in range(0, n, _CHUNK):
@@ -168,7 +177,8 @@ def random_requests(
         for i, fitted in zip(range(lo, hi), maker.fit_many(lens, prefix, firsts)):
             out.append(request_spec(i, fitted.text, len(fitted.ids), int(output_lens[i]),
                                     opts.use_chat))
-    return out
+            ids.append(fitted.ids)
+    return out, ids
 
 
 def random_requests_one_by_one(
