@@ -37,6 +37,14 @@ class RoundRobin(NoFeedback):
                 return RouteDecision(replicas[pos].index, f"round robin: turn {pos} of {n}")
         raise AssertionError("unreachable: healthy_replicas found one")
 
+    def choose_all_healthy(self, req: RouteRequest, num_replicas: int,
+                           now_s: float) -> RouteDecision:
+        """`choose` over `num_replicas` healthy replicas (`ReadsCountOnly`): the first
+        position tried is taken."""
+        pos = self._next % num_replicas
+        self._next = pos + 1
+        return RouteDecision(pos, f"round robin: turn {pos} of {num_replicas}")
+
 
 class RandomChoice(NoFeedback):
     """A uniformly random healthy replica, from the injected RNG."""
@@ -51,6 +59,12 @@ class RandomChoice(NoFeedback):
     ) -> RouteDecision:
         r = self._rng.choice(healthy_replicas(replicas))
         return RouteDecision(r.index, "random")
+
+    def choose_all_healthy(self, req: RouteRequest, num_replicas: int,
+                           now_s: float) -> RouteDecision:
+        """`choose` over `num_replicas` healthy replicas (`ReadsCountOnly`): `choice` reads
+        only the length and one item, so a range draws the same number from the RNG."""
+        return RouteDecision(self._rng.choice(range(num_replicas)), "random")
 
 
 class LeastRequests(NoFeedback):

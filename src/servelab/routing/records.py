@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from servelab.errors import ServelabError
 
@@ -82,6 +82,28 @@ class RoutingPolicy(Protocol):
         ok: bool,
         now_s: float,
     ) -> None: ...
+
+
+CountChooser = Callable[[RouteRequest, int, float], RouteDecision]
+"""`choose_all_healthy(req, num_replicas, now_s)` of a `ReadsCountOnly` policy."""
+
+
+@runtime_checkable
+class ReadsCountOnly(Protocol):
+    """A policy that reads nothing of the replicas but how many there are and which are
+    healthy (round robin, random). A host whose replicas are all healthy (the simulator)
+    may call `choose_all_healthy(req, n, now_s)` instead of building `n` views for `choose`:
+    it must return exactly what `choose(req, views, now_s)` returns, and leave the policy
+    in the same state, for `n` healthy views whose `index` is their position."""
+
+    def choose_all_healthy(self, req: RouteRequest, num_replicas: int,
+                           now_s: float) -> RouteDecision: ...
+
+
+def count_chooser(policy: object) -> CountChooser | None:
+    """The policy's `choose_all_healthy` when it declares it reads only the replicas' count
+    (`ReadsCountOnly`), else None: the host must build the views."""
+    return policy.choose_all_healthy if isinstance(policy, ReadsCountOnly) else None
 
 
 class NoHealthyReplicaError(ServelabError):

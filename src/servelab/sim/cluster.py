@@ -13,7 +13,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from servelab.disaggregation import KvTransfer
-from servelab.routing.records import ReplicaView, RouteRequest, RoutingPolicy
+from servelab.routing.records import (
+    CountChooser,
+    ReplicaView,
+    RouteRequest,
+    RoutingPolicy,
+    count_chooser,
+)
 from servelab.sim.engine import SimEngine
 
 
@@ -82,6 +88,10 @@ class Cluster:
         self.in_flight = [0] * len(self.engines)
         self.routed = [0] * len(self.engines)
         self._views: list[tuple[tuple[int, int, int, int], ReplicaView] | None] = [None] * len(self.engines)
+        # Policies that read only the replicas' count (all healthy here) are asked without
+        # views: building one per replica per request is most of routing's cost in a fleet.
+        self._count_choose = count_chooser(policy)
+        self._decode_count_choose = count_chooser(decode.policy) if decode is not None else None
 
     def is_prefill(self, index: int) -> bool:
         """True for a prefill replica of a disaggregated cluster."""
@@ -121,17 +131,20 @@ class Cluster:
     def route(self, req: RouteRequest, now_s: float) -> int:
         """The replica index for `req` (counted in flight until `finished`); with a decode
         pool, a prefill replica."""
-        return self._choose(self.policy, 0, self.num_prefill, req, now_s)
+        return self._choose(self.policy, self._count_choose, 0, self.num_prefill, req, now_s)
 
     def route_decode(self, req: RouteRequest, now_s: float) -> int:
         """The decode replica (its index in `engines`) for a prefilled request."""
         assert self.decode is not None
-        return self._choose(self.decode.policy, self.num_prefill, len(self.engines), req, now_s)
+        return self._choose(self.decode.policy, self._decode_count_choose, self.num_prefill,
+                            len(self.engines), req, now_s)
 
-    def _choose(self, policy: RoutingPolicy | None, lo: int, hi: int, req: RouteRequest,
-                now_s: float) -> int:
+    def _choose(self, policy: RoutingPolicy | None, count_choose: CountChooser | None, lo: int,
+                hi: int, req: RouteRequest, now_s: float) -> int:
         if policy is None or hi - lo == 1:
             index = lo
+        elif count_choose is not None:
+            index = lo + count_choose(req, hi - lo, now_s).index
         else:
             views = [self._view(i, lo) for i in range(lo, hi)]
             index = lo + policy.choose(req, views, now_s).index
