@@ -48,8 +48,9 @@ class BlockPool:
         self._ref = [0] * num_gpu_blocks
         self._hash: list[int | None] = [None] * num_gpu_blocks
         self._cached: dict[int, int] = {}
-        # Block 0 is the null block: never free, never allocated.
-        self._free: OrderedDict[int, None] = OrderedDict((b, None) for b in range(1, num_gpu_blocks))
+        # Block 0 is the null block: never free, never allocated. (fromkeys builds the same
+        # queue without a Python generator step per block: a fleet's pools hold ~10^5 each.)
+        self._free: OrderedDict[int, None] = OrderedDict.fromkeys(range(1, num_gpu_blocks))
 
     @property
     def num_usable_blocks(self) -> int:
