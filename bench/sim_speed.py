@@ -12,13 +12,12 @@ Cases (issues 4 and 19):
 
 Every case runs twice, each time on fresh engines: on the default path and on the
 stepwise reference (`simulate(stepwise=True)`, every event through the generic dispatch,
-every step through the scheduler's general loops and priced by the cost model); the bench
+every step through the scheduler's general loops and priced by the cost model, every
+routing policy asked through a view per replica); the bench
 checks that both give identical records and prints the speed-up. Case 1 also runs a third
 time, stepwise, with the operator cost model's per-token-count cache switched off (every
 step prices every kernel again), so that ratio shows what pricing each distinct step
-shape once buys. Case 3 also runs the default path with the policy behind an adapter
-that hides its `ReadsCountOnly` declaration, so the cluster builds a view per replica per
-request as before, and prints what routing without views buys. Workload building
+shape once buys. Workload building
 (tokenising, drawing lengths) is outside the timings.
 
     .venv/bin/python bench/sim_speed.py [--quick] [--cases 1,2,3]
@@ -34,7 +33,6 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from servelab.plan import EngineArgs
-from servelab.routing.records import ReplicaView, RouteDecision, RouteRequest, RoutingPolicy
 from servelab.sim.cluster import Cluster
 from servelab.sim.offline import OfflineRequest, OfflineRun, simulate
 from servelab.sim.offline import PreparedWorkload, prepare_workload
@@ -101,45 +99,6 @@ def _fleet_requests(n: int, rate: float, rng: np.random.Generator) -> tuple[list
     return reqs, np.cumsum(rng.exponential(1.0 / rate, n))
 
 
-class _ViewsOnly:
-    """The cluster's policy behind an adapter that forwards `choose` and `on_finished`
-    only: the cluster no longer sees `ReadsCountOnly` and builds a `ReplicaView` per
-    replica per request, as it did for every policy before the declaration."""
-
-    def __init__(self, policy: RoutingPolicy) -> None:
-        self._policy = policy
-        self.name = policy.name
-
-    def choose(self, req: RouteRequest, replicas: Sequence[ReplicaView],
-               now_s: float) -> RouteDecision:
-        return self._policy.choose(req, replicas, now_s)
-
-    def on_finished(self, index: int, req: RouteRequest, ttft_ms: float | None,
-                    itl_ms: float | None, ok: bool, now_s: float) -> None:
-        self._policy.on_finished(index, req, ttft_ms, itl_ms, ok, now_s)
-
-
-def _with_views(make: Callable[[], Cluster]) -> Cluster:
-    """`make()`'s cluster, routing through views (`_ViewsOnly`)."""
-    c = make()
-    assert c.policy is not None
-    return Cluster(c.engines[:c.num_prefill], _ViewsOnly(c.policy), c.network, c.decode)
-
-
-def _views_case(make: Callable[[], Cluster], requests: Sequence[OfflineRequest],
-                intended: np.ndarray, conc: int | None) -> None:
-    """The default path with views built for the policy against it without them."""
-    fast, fast_wall = _timed(make(), requests, intended, conc)
-    _report("   default path, policy asked without views", fast, fast_wall)
-    old, old_wall = _timed(_with_views(make), requests, intended, conc)
-    _report("   default path, a view per replica per request", old, old_wall)
-    same = old.records == fast.records and old.num_steps == fast.num_steps
-    print(f"   speed-up of routing without views: {old_wall / fast_wall:.2f}x; "
-          f"records identical: {'yes' if same else 'NO'}")
-    if not same:
-        raise SystemExit("routing with and without views differ")
-
-
 class _NoCache(dict):
     """A cache that keeps nothing (the baseline's operator model recomputes every step)."""
 
@@ -186,7 +145,6 @@ def main() -> None:
         reqs, intended = _fleet_requests(n, 280.0, np.random.default_rng(0))
         _case(f"3. {n:,} requests at 280 req/s, 64 x H200, round robin",
               lambda: build_cluster(fleet, random.Random(0)), reqs, intended, None)
-        _views_case(lambda: build_cluster(fleet, random.Random(0)), reqs, intended, None)
 
 
 if __name__ == "__main__":

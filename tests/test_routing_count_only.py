@@ -8,7 +8,6 @@ Both ways must choose the same replicas and leave the policy (and its RNG) in th
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
 
 import pytest
 
@@ -16,7 +15,6 @@ from servelab.routing.balance import RandomChoice, RoundRobin
 from servelab.routing.policies import POLICY_NAMES, make_policy
 from servelab.routing.records import (
     ReplicaView,
-    RouteDecision,
     RouteRequest,
     RoutingPolicy,
     count_chooser,
@@ -34,28 +32,10 @@ def _views(n: int) -> list[ReplicaView]:
     return [ReplicaView(index=i, healthy=True, in_flight=0) for i in range(n)]
 
 
-class _ViewsOnly:
-    """A host-side adapter that forwards `choose` and `on_finished` only, so the cluster
-    sees a policy that does not declare `ReadsCountOnly` and builds its views."""
-
-    def __init__(self, policy: RoutingPolicy) -> None:
-        self._policy = policy
-        self.name = policy.name
-
-    def choose(self, req: RouteRequest, replicas: Sequence[ReplicaView],
-               now_s: float) -> RouteDecision:
-        return self._policy.choose(req, replicas, now_s)
-
-    def on_finished(self, index: int, req: RouteRequest, ttft_ms: float | None,
-                    itl_ms: float | None, ok: bool, now_s: float) -> None:
-        self._policy.on_finished(index, req, ttft_ms, itl_ms, ok, now_s)
-
-
 def test_only_round_robin_and_random_declare_reading_the_count_alone() -> None:
     declared = {name for name in POLICY_NAMES
                 if count_chooser(make_policy(name, random.Random(0))) is not None}
     assert declared == {"round_robin", "random"}
-    assert count_chooser(_ViewsOnly(RoundRobin())) is None
 
 
 def test_round_robin_without_views_takes_the_same_turns() -> None:
@@ -78,9 +58,9 @@ def test_random_without_views_draws_the_same_replicas(seed: int) -> None:
     assert got[0].index == random.Random(seed).choice(list(range(64)))
 
 
-def _fleet(policy: RoutingPolicy) -> tuple[list, list[int], dict[str, int]]:
+def _fleet(policy: RoutingPolicy, stepwise: bool) -> tuple[list, list[int], dict[str, int]]:
     """A run on 6 replicas behind `policy`: its records, the per-replica routed counts and
-    the replica that stepped each request."""
+    the replica that stepped each request (`stepwise`: every policy asked through views)."""
     cost = AffineCost(step_s=0.003, per_decode_seq_s=2e-4, per_prefill_token_s=5e-5)
     engines = [SimEngine(SimConfig(num_gpu_blocks=200, block_size=16, max_num_seqs=8,
                                    max_num_batched_tokens=512, max_model_len=600,
@@ -99,14 +79,14 @@ def _fleet(policy: RoutingPolicy) -> tuple[list, list[int], dict[str, int]]:
             # ids are "<host object id>-<request index>": the index is what both runs share
             where.setdefault(str(r.request_id).rsplit("-", 1)[1], replica)
 
-    run = simulate(cluster, reqs, intended, None, 0, seen)
+    run = simulate(cluster, reqs, intended, None, 0, seen, stepwise=stepwise)
     return run.records, list(cluster.routed), where
 
 
 @pytest.mark.parametrize("name", ["round_robin", "random"])
 def test_the_cluster_routes_the_same_requests_without_views(name: str) -> None:
-    records, routed, where = _fleet(make_policy(name, random.Random(5)))
-    ref_records, ref_routed, ref_where = _fleet(_ViewsOnly(make_policy(name, random.Random(5))))
+    records, routed, where = _fleet(make_policy(name, random.Random(5)), stepwise=False)
+    ref_records, ref_routed, ref_where = _fleet(make_policy(name, random.Random(5)), stepwise=True)
     assert routed == ref_routed and sum(routed) == 90
     assert where == ref_where and len(where) == 90
     assert records == ref_records

@@ -128,16 +128,18 @@ class Cluster:
         """Seconds of a replica's event loop per SSE chunk it sends."""
         return self.network.frontend_us_per_chunk * 1e-6
 
-    def route(self, req: RouteRequest, now_s: float) -> int:
+    def route(self, req: RouteRequest, now_s: float, with_views: bool = False) -> int:
         """The replica index for `req` (counted in flight until `finished`); with a decode
-        pool, a prefill replica."""
-        return self._choose(self.policy, self._count_choose, 0, self.num_prefill, req, now_s)
+        pool, a prefill replica. `with_views` asks every policy through its views (the
+        stepwise reference: the same choices)."""
+        count = None if with_views else self._count_choose
+        return self._choose(self.policy, count, 0, self.num_prefill, req, now_s)
 
-    def route_decode(self, req: RouteRequest, now_s: float) -> int:
+    def route_decode(self, req: RouteRequest, now_s: float, with_views: bool = False) -> int:
         """The decode replica (its index in `engines`) for a prefilled request."""
         assert self.decode is not None
-        return self._choose(self.decode.policy, self._decode_count_choose, self.num_prefill,
-                            len(self.engines), req, now_s)
+        count = None if with_views else self._decode_count_choose
+        return self._choose(self.decode.policy, count, self.num_prefill, len(self.engines), req, now_s)
 
     def _choose(self, policy: RoutingPolicy | None, count_choose: CountChooser | None, lo: int,
                 hi: int, req: RouteRequest, now_s: float) -> int:

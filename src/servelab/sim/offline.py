@@ -100,8 +100,9 @@ def simulate(cluster: Cluster, requests: Sequence[OfflineRequest], intended_s: S
     """Simulate the schedule; records follow `RequestRecord`'s client semantics.
 
     `stepwise` runs the reference event loop, which handles every API-server piece of work
-    through the generic dispatch; the default takes the same events in the same order
-    through shortcuts for the frequent ones (a chunk sent, a step's outputs processed) and
+    through the generic dispatch and asks every routing policy through its views; the
+    default takes the same events in the same order through shortcuts for the frequent ones
+    (a chunk sent, a step's outputs processed, a count-only policy asked without views) and
     gives identical records (tests/test_sim_fastpath.py runs both)."""
     if len(requests) != len(intended_s):
         raise ValueError("requests and intended_s differ in length")
@@ -175,7 +176,7 @@ class _EventLoop:
         self.tasks: deque[tuple[int, int]] = deque()    # (_CHUNK | _TAKE_IN | _HAND_OFF, request)
         self.waiting: dict[int, int] = {}                # request -> tokens waiting to be sent
         self.current = _IDLE
-        self.item: tuple = ()  # what `current` works on: (emitted, done), (request, tokens), (request,)
+        self.item: tuple = ()  # what `current` works on: (emitted, counts, done), (request, tokens), (request,)
 
     @property
     def busy(self) -> bool:
@@ -474,7 +475,7 @@ def _run(cluster: Cluster, requests: Sequence[OfflineRequest], intended_s: Seque
             assert fl is not None
             req = requests[arg]
             if kind == _REACH:
-                k = cluster.route(fl.route, now)
+                k = cluster.route(fl.route, now, stepwise)
                 fl.replica = k
                 if loops:
                     # The event loop takes the request in (HTTP, validation) in its turn.
@@ -501,7 +502,7 @@ def _run(cluster: Cluster, requests: Sequence[OfflineRequest], intended_s: Seque
             fl = flights[arg]
             assert fl is not None
             req = requests[arg]
-            fl.replica = cluster.route_decode(fl.route, now)
+            fl.replica = cluster.route_decode(fl.route, now, stepwise)
             enter(arg, fl.replica, now, req.output_len, len(req.prompt_token_ids) - 1)
         elif kind == _KICK:
             start_step(arg, now)

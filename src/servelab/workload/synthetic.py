@@ -151,12 +151,10 @@ def random_requests(
     return random_requests_and_ids(opts, tok, rng)[0]
 
 
-def random_requests_and_ids(
-    opts: RandomShape, tok: TokenizerHandle, rng: np.random.Generator
-) -> tuple[list[RequestSpec], list[list[int]]]:
-    """`random_requests`, and each request's prompt token ids (`tok.encode(request.text)`),
-    which fitting the texts computed anyway."""
-    maker = TextMaker(tok, rng)
+def _random_draws(opts: RandomShape, maker: TextMaker, rng: np.random.Generator
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, Fitted | None]:
+    """The random dataset's draws before any request's text, in the generator's order:
+    input lengths, output lengths, alphabet offsets (one per request), the shared prefix."""
     n = opts.num_prompts
     in_lo, in_hi = length_bounds(opts.input_len, opts.range_ratio, 0)
     out_lo, out_hi = length_bounds(opts.output_len, opts.range_ratio, 1)
@@ -164,6 +162,17 @@ def random_requests_and_ids(
     output_lens = rng.integers(out_lo, out_hi + 1, size=n)
     offsets = rng.integers(0, len(maker.alphabet), size=n)
     prefix = maker.fit(opts.prefix_len) if opts.prefix_len else None
+    return input_lens, output_lens, offsets, prefix
+
+
+def random_requests_and_ids(
+    opts: RandomShape, tok: TokenizerHandle, rng: np.random.Generator
+) -> tuple[list[RequestSpec], list[list[int]]]:
+    """`random_requests`, and each request's prompt token ids (`tok.encode(request.text)`),
+    which fitting the texts computed anyway."""
+    maker = TextMaker(tok, rng)
+    n = opts.num_prompts
+    input_lens, output_lens, offsets, prefix = _random_draws(opts, maker, rng)
     alphabet_len = len(maker.alphabet)
     out = []
     ids = []
@@ -191,12 +200,7 @@ def random_requests_one_by_one(
     """
     maker = TextMaker(tok, rng)
     n = opts.num_prompts
-    in_lo, in_hi = length_bounds(opts.input_len, opts.range_ratio, 0)
-    out_lo, out_hi = length_bounds(opts.output_len, opts.range_ratio, 1)
-    input_lens = rng.integers(in_lo, in_hi + 1, size=n)
-    output_lens = rng.integers(out_lo, out_hi + 1, size=n)
-    offsets = rng.integers(0, len(maker.alphabet), size=n)
-    prefix = maker.fit(opts.prefix_len) if opts.prefix_len else None
+    input_lens, output_lens, offsets, prefix = _random_draws(opts, maker, rng)
     out = []
     for i in range(n):
         start = (offsets[i] + i + np.arange(input_lens[i])) % len(maker.alphabet)
