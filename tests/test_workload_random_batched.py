@@ -18,10 +18,11 @@ from servelab.workload.datasets import DatasetOptions, build_workload
 from servelab.workload.request import RequestSpec
 from servelab.workload.synthetic import (
     RandomShape,
-    TextMaker,
     random_requests,
+    random_requests_and_ids,
     random_requests_one_by_one,
 )
+from servelab.workload.textfit import TextMaker
 from servelab.workload.tokenizer import load_tokenizer
 
 
@@ -89,3 +90,15 @@ def test_other_datasets_leave_token_ids_unset() -> None:
                           prefix_repetition_prefix_len=8, prefix_repetition_suffix_len=4,
                           prefix_repetition_num_prefixes=2)
     assert build_workload(opts, load_tokenizer(None), 0).token_ids is None
+
+
+@pytest.mark.parametrize(("shape", "seed"), [
+    (RandomShape(3000, 220, 200, 0.9), 1),
+    (RandomShape(500, 12, 4, 0.9, use_chat=True), 6),
+    (RandomShape(300, 2000, 4, 0.5), 8),
+])
+def test_spliced_windows_give_the_batched_requests_and_ids(shape: RandomShape, seed: int) -> None:
+    tok = load_tokenizer(None)
+    spliced = random_requests_and_ids(shape, tok, np.random.default_rng(seed))
+    batched = random_requests_and_ids(shape, tok, np.random.default_rng(seed), spliced=False)
+    assert spliced == batched

@@ -10,7 +10,7 @@ timestamps are not used (vLLM's `burstgpt` does not either); replay them with
 
 Differences: vLLM draws rows with pandas' `DataFrame.sample` and builds the prompt from ids
 `(i + j) mod vocab` whose text re-encodes to another length; servelab draws with numpy and
-fits random clean tokens to the exact length (`synthetic.TextMaker`). `--disable-shuffle`
+fits random clean tokens to the exact length (`textfit.TextMaker`). `--disable-shuffle`
 takes rows in file order and `--no-oversample` refuses to repeat rows (vLLM ignores both here).
 """
 
@@ -23,7 +23,8 @@ import numpy as np
 
 from servelab.errors import ServelabError
 from servelab.workload.filelines import csv_rows, int_field, require_file
-from servelab.workload.synthetic import TextMaker, request_spec
+from servelab.workload.synthetic import request_spec
+from servelab.workload.textfit import TextMaker
 
 if TYPE_CHECKING:
     from servelab.workload.request import RequestSpec

@@ -1,102 +1,23 @@
 """Synthetic datasets made of random tokens: `random` and `prefix_repetition`.
 
 Text is built from random token ids, decoded, then re-encoded and adjusted until the text
-sent has exactly the wanted number of tokens, so `prompt_len` is always the true count of the
-prompt (vLLM's prefix_repetition reports the drawn ids' count instead, which drifts from the
+sent has exactly the wanted number of tokens (`servelab.workload.textfit`), so `prompt_len`
+is always the true count of the prompt (vLLM's prefix_repetition reports the drawn ids' count instead, which drifts from the
 text's count). Prompts that share a prefix share its exact token ids: a suffix is kept only
 when encoding prefix + suffix leaves the prefix's ids untouched.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from servelab.errors import ServelabError
 from servelab.workload.request import ChatMessage, RequestSpec
+from servelab.workload.textfit import Fitted, TextMaker, WindowFitter
 from servelab.workload.tokenizer import TokenizerHandle
 
-_MAX_TRIES = 64
 _CHUNK = 4096  # requests whose first tries are decoded and encoded in one batch
-
-
-@dataclass(frozen=True, slots=True)
-class Fitted:
-    """A text and its exact token ids (`ids == tokenizer.encode(text)`)."""
-
-    text: str
-    ids: list[int]
-
-
-class TextMaker:
-    """Builds texts with an exact token count from random ids of one tokenizer."""
-
-    def __init__(self, tok: TokenizerHandle, rng: np.random.Generator) -> None:
-        self._tok = tok
-        self._rng = rng
-        special = tok.special_ids()
-        ids = list(range(tok.info.vocab_size))
-        # Ids that decode to clean text on their own: no special tokens, no partial UTF-8
-        # sequences (which decode to U+FFFD and re-encode as different tokens).
-        self.alphabet = np.array(
-            [i for i, t in zip(ids, tok.decode_each(ids))
-             if i not in special and t and "\ufffd" not in t],
-            dtype=np.int64,
-        )
-        if len(self.alphabet) < 2:
-            raise ServelabError(f"tokenizer {tok.info.name}: too few plain tokens to make text")
-
-    def random_ids(self, n: int) -> list[int]:
-        return self.alphabet[self._rng.integers(0, len(self.alphabet), size=n)].tolist()
-
-    def fit(self, n: int, head: Fitted | None = None, ids: list[int] | None = None) -> Fitted:
-        """`head.text` + a body of exactly `n` tokens, starting from `ids` (else random)."""
-        ids = list(ids) if ids is not None else self.random_ids(n)
-        body = self._tok.decode(ids)
-        head_text = head.text if head is not None else ""
-        return self._settle(n, head, ids, body, self._tok.encode(head_text + body))
-
-    def fit_many(self, lengths: Sequence[int], head: Fitted | None,
-                 ids: Sequence[list[int]]) -> list[Fitted]:
-        """`[fit(n, head, i) for n, i in zip(lengths, ids)]`, the same texts and the same draws
-        from the generator, with the first try of every text decoded and encoded in one batch.
-
-        A first try draws nothing from the generator (its ids are given), so trying them all
-        first and then retrying the misses in order draws exactly what the one-by-one loop
-        draws; the batch saves the per-call overhead (and runs on the tokenizer's threads).
-        """
-        head_text = head.text if head is not None else ""
-        bodies = self._tok.decode_batch(ids)
-        fulls = self._tok.encode_batch([head_text + b for b in bodies])
-        return [self._settle(n, head, list(i), b, f)
-                for n, i, b, f in zip(lengths, ids, bodies, fulls)]
-
-    def _settle(self, n: int, head: Fitted | None, ids: list[int], body: str,
-                full: list[int]) -> Fitted:
-        """The fitted text, given the first try: `body` decoded from `ids`, `full` the
-        encoding of the head's text + `body`; retries adjust the ids (or draw fresh ones)."""
-        head_text, head_ids = (head.text, head.ids) if head is not None else ("", [])
-        k = len(head_ids)
-        for attempt in range(_MAX_TRIES):
-            if attempt:
-                body = self._tok.decode(ids)
-                full = self._tok.encode(head_text + body)
-            got = full[k:]
-            if full[:k] == head_ids:
-                if len(got) == n:
-                    return Fitted(head_text + body, full)
-                if attempt % 16 != 15:
-                    ids = got[:n] if len(got) > n else got + self.random_ids(n - len(got))
-                    continue
-            # The body merged into the head's last tokens, or trimming keeps oscillating:
-            # start again from fresh ids.
-            ids = self.random_ids(n)
-        raise ServelabError(
-            f"tokenizer {self._tok.info.name}: could not build a text of exactly {n} tokens "
-            f"after a {k}-token prefix in {_MAX_TRIES} tries"
-        )
 
 
 def request_spec(index: int, text: str, prompt_len: int, output_len: int, use_chat: bool,
@@ -166,16 +87,30 @@ def _random_draws(opts: RandomShape, maker: TextMaker, rng: np.random.Generator
 
 
 def random_requests_and_ids(
-    opts: RandomShape, tok: TokenizerHandle, rng: np.random.Generator
+    opts: RandomShape, tok: TokenizerHandle, rng: np.random.Generator, spliced: bool = True
 ) -> tuple[list[RequestSpec], list[list[int]]]:
     """`random_requests`, and each request's prompt token ids (`tok.encode(request.text)`),
-    which fitting the texts computed anyway."""
+    which fitting the texts computed anyway.
+
+    Without a prefix, and where splicing encodings is exact for `tok`
+    (`servelab.workload.splice`), the windows are fitted by `WindowFitter`; `spliced=False`
+    (the bench's and the tests' reference), and every other case, batches the first tries
+    and retries the misses in order. Both give the same requests and ids."""
     maker = TextMaker(tok, rng)
     n = opts.num_prompts
     input_lens, output_lens, offsets, prefix = _random_draws(opts, maker, rng)
     alphabet_len = len(maker.alphabet)
     out = []
     ids = []
+    windows = WindowFitter.build(maker, tok) if spliced and prefix is None else None
+    if windows is not None:
+        # the same fits, spliced from a few encodings of the alphabet's text
+        starts = ((offsets + np.arange(n)) % alphabet_len).tolist()
+        for i, (start, m, o) in enumerate(zip(starts, input_lens.tolist(), output_lens.tolist())):
+            fitted = windows.fit(start, m)
+            out.append(request_spec(i, fitted.text, len(fitted.ids), o, opts.use_chat))
+            ids.append(fitted.ids)
+        return out, ids
     # Chunks bound the memory of the batched first tries (texts, encodings) at a million
     # requests; chunks run in order, so the generator's draws keep their order.
     for lo in range(0, n, _CHUNK):

@@ -8,11 +8,13 @@ they measure the text itself, the way vLLM's random dataset counts. A server's r
 from __future__ import annotations
 
 import gzip
+import json
 import importlib.resources
 import importlib.util
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from tokenizers import Tokenizer
 
@@ -67,6 +69,18 @@ class TokenizerHandle:
         """Ids of the added/special tokens (never used to build synthetic text)."""
         return {tok_id for tok_id, added in self._tok.get_added_tokens_decoder().items()
                 if added.special}
+
+    def token_id(self, token: str) -> int | None:
+        """The id of vocabulary entry `token` (None: not in the vocabulary)."""
+        return self._tok.token_to_id(token)
+
+    def config(self) -> dict[str, Any]:
+        """The tokenizer.json as a dict, without the model's vocabulary and merges."""
+        cfg = json.loads(self._tok.to_str())
+        model = cfg.get("model") or {}
+        model.pop("vocab", None)
+        model.pop("merges", None)
+        return cfg
 
     def decode_each(self, ids: Sequence[int]) -> list[str]:
         """The text of each id on its own."""

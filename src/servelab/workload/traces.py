@@ -13,7 +13,7 @@ Two formats, told apart by the file's suffix:
 * CSV (`.csv`), the Azure LLM inference trace: `TIMESTAMP` (a date-time), `ContextTokens`,
   `GeneratedTokens`; no shared prefixes.
 
-Prompts are random clean tokens fitted to the exact length (`synthetic.TextMaker`); a
+Prompts are random clean tokens fitted to the exact length (`textfit.TextMaker`); a
 block's text is built after the blocks before it, so its tokens stay the same in every
 request sharing that prefix. Where the hash ids cover fewer tokens than the input length,
 unique random tokens fill the rest (vLLM's prompt would stop at the last block).
@@ -35,7 +35,8 @@ import numpy as np
 
 from servelab.errors import ServelabError
 from servelab.workload.filelines import csv_rows, int_field, json_lines, require_file
-from servelab.workload.synthetic import Fitted, TextMaker, request_spec
+from servelab.workload.synthetic import request_spec
+from servelab.workload.textfit import Fitted, TextMaker
 
 if TYPE_CHECKING:
     from servelab.workload.request import RequestSpec
