@@ -180,6 +180,8 @@ class Scheduler:
                 reqs = self.running[:]
                 d_seqs = len(reqs)
                 nums = [1] * d_seqs
+                if not self.waiting:  # (`_admit` would admit nothing)
+                    return ScheduledStep(reqs, nums, d_seqs, d_ctx, 0, 0, 0, 0, 0, 0)
                 p_tok, p_ctx = self._admit(reqs, nums, lim.max_num_batched_tokens - d_seqs, 0, 0)
                 return ScheduledStep(reqs, nums, d_seqs, d_ctx, p_tok, p_ctx, 0, len(reqs) - d_seqs, 0, 0)
         budget = lim.max_num_batched_tokens
