@@ -6,8 +6,8 @@ arrivals, prompt and output lengths, shared prefixes, chunked prefill, KV pools 
 enough to preempt, several replicas behind routing policies, speculative decoding,
 prefill/decode disaggregation, and API-server costs that make the event loop lag (chunks
 that merge tokens) or keep up. Several cases make ties likely on purpose (round-number
-costs, every request due at once on identical replicas), since ties are where a changed
-order of events would show.
+costs, every request due at once on identical replicas; due times out of request order),
+since ties are where a changed order of events would show.
 """
 
 from __future__ import annotations
@@ -111,6 +111,9 @@ def _build(seed: int, case: str) -> tuple[Cluster, list[OfflineRequest], list[fl
         for _ in range(n):
             t += rng.expovariate(rate)
             intended.append(t)
+        if case == "unsorted":  # due times out of request order, some shared
+            intended = [round(x, 2) for x in intended]
+            rng.shuffle(intended)
     conc = rng.choice([None, 4, 16])
     warm = rng.choice([0, 0, 3])
     return cluster, reqs, intended, conc, warm
@@ -125,7 +128,7 @@ def _both(seed: int, case: str) -> tuple[tuple[OfflineRun, int], tuple[OfflineRu
     return runs[0], runs[1]
 
 
-@pytest.mark.parametrize("case", ["one", "fleet", "ties", "speculative", "pd"])
+@pytest.mark.parametrize("case", ["one", "fleet", "ties", "speculative", "pd", "unsorted"])
 @pytest.mark.parametrize("seed", range(6))
 def test_the_fast_path_gives_the_stepwise_records(seed: int, case: str) -> None:
     (ref, ref_pre), (got, got_pre) = _both(seed, case)
