@@ -431,26 +431,40 @@ def _run(cluster: Cluster, requests: Sequence[OfflineRequest], intended_s: Seque
             lp = loops[arg]
             cur = lp.current
             if cur == _CHUNK:
-                tag, n_tokens = lp.item
-                fl = flights[tag]
-                assert fl is not None
-                # `_arrive(fl, now, n_tokens)`, one chunk of one token written out
-                fl.chunks += 1
-                times = fl.times
-                if not times:
-                    times.extend([now] * n_tokens)
-                elif n_tokens == 1:
-                    prev = times[-1]
-                    times.append(prev + (now - prev))  # `_arrive`'s gap / 1 x 1: exact
-                else:
-                    prev = times[-1]
-                    gap = (now - prev) / n_tokens
-                    times.extend([prev + gap * j for j in range(1, n_tokens + 1)])
                 waiting = lp.waiting
-                if fl.engine_done and tag not in waiting:
-                    complete(tag, now)
-                if now > t_last:
-                    t_last = now
+                tasks = lp.tasks
+                while True:
+                    tag, n_tokens = lp.item
+                    fl = flights[tag]
+                    assert fl is not None
+                    # `_arrive(fl, now, n_tokens)`, one chunk of one token written out
+                    fl.chunks += 1
+                    times = fl.times
+                    if not times:
+                        times.extend([now] * n_tokens)
+                    elif n_tokens == 1:
+                        prev = times[-1]
+                        times.append(prev + (now - prev))  # `_arrive`'s gap / 1 x 1: exact
+                    else:
+                        prev = times[-1]
+                        gap = (now - prev) / n_tokens
+                        times.extend([prev + gap * j for j in range(1, n_tokens + 1)])
+                    if fl.engine_done and tag not in waiting:
+                        complete(tag, now)
+                    if now > t_last:
+                        t_last = now
+                    # The next chunk's send, here rather than through the heap, when it ends
+                    # before every pending event: its event would be the next one popped
+                    # (at a tie the pending event goes first: it has the lower sequence
+                    # number, and a due request the lowest), so nothing can happen between.
+                    if lp.steps or not tasks or tasks[0][0] != _CHUNK:
+                        break
+                    t_next = now + chunk_cost
+                    if t_next >= next_due or (heap and heap[0][0] <= t_next):
+                        break
+                    tag = tasks.popleft()[1]
+                    lp.item = (tag, waiting.pop(tag))
+                    now = t_next
             elif cur == _OUTPUTS and not prefill_role[arg]:
                 emitted, counts, done = lp.item
                 waiting = lp.waiting
