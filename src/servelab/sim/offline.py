@@ -231,6 +231,7 @@ def _run(cluster: Cluster, requests: Sequence[OfflineRequest], intended_s: Seque
     slot_queue: deque[tuple[int, float]] = deque()
     engines = cluster.engines
     busy = [False] * len(engines)
+    step_end = [float("inf")] * len(engines)  # when each busy engine's step ends
     # a step's (emitted, tokens each, finished): the counts are read when the step is
     # applied, since the engine applies its next step (and rewrites `num_new_output`)
     # before the API server's loop gets to this one's outputs
@@ -271,6 +272,7 @@ def _run(cluster: Cluster, requests: Sequence[OfflineRequest], intended_s: Seque
         pending[k] = (emitted, [1] * len(emitted) if plain[k] else [r.num_new_output for r in emitted],
                       done)
         busy[k] = True
+        step_end[k] = now + dur
         steps += 1
         if prefill_role[k]:
             # a layer-wise transfer overlaps the prefill itself, timed from its first chunk
@@ -453,15 +455,25 @@ def _run(cluster: Cluster, requests: Sequence[OfflineRequest], intended_s: Seque
                         complete(tag, now)
                     if now > t_last:
                         t_last = now
-                    # The next chunk's send, here rather than through the heap, when it ends
-                    # before every pending event: its event would be the next one popped
+                    # The next chunk's send, here rather than through the heap, (1) when it
+                    # ends before every pending event: its event would be the next one popped
                     # (at a tie the pending event goes first: it has the lower sequence
-                    # number, and a due request the lowest), so nothing can happen between.
+                    # number, and a due request the lowest), so nothing can happen between;
+                    # or (2) when nothing that happens before it ends can change it or see
+                    # it: only this replica's next step end puts work ahead of it (a step's
+                    # outputs go first; an intake or a hand-off queued meanwhile waits behind
+                    # every chunk already queued); only a chunk that finishes its request
+                    # touches shared state (slots, routing counts); and the loop must stay
+                    # busy past it, so another piece must follow (its event goes through the
+                    # heap): events in between see a busy loop, as they would. Not with a
+                    # decode pool, where a KV transfer can start an idle engine.
                     if lp.steps or not tasks or tasks[0][0] != _CHUNK:
                         break
                     t_next = now + chunk_cost
                     if t_next >= next_due or (heap and heap[0][0] <= t_next):
-                        break
+                        if (len(tasks) < 2 or t_next >= step_end[arg] or transfer is not None
+                                or flights[tasks[0][1]].engine_done):  # type: ignore[union-attr]
+                            break
                     tag = tasks.popleft()[1]
                     lp.item = (tag, waiting.pop(tag))
                     now = t_next
@@ -519,6 +531,7 @@ def _run(cluster: Cluster, requests: Sequence[OfflineRequest], intended_s: Seque
                 start_step(arg, now)
             else:
                 busy[arg] = False
+                step_end[arg] = inf
         elif kind == _LOOP:
             loop_done(arg, now)
         elif kind == _TOKENIZED:
