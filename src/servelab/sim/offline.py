@@ -466,7 +466,11 @@ def _run(cluster: Cluster, requests: Sequence[OfflineRequest], intended_s: Seque
                     # touches shared state (slots, routing counts); and the loop must stay
                     # busy past it, so another piece must follow (its event goes through the
                     # heap): events in between see a busy loop, as they would. Not with a
-                    # decode pool, where a KV transfer can start an idle engine.
+                    # decode pool, where a KV transfer can start an idle engine. The piece
+                    # after (2) is pushed before events of other replicas that the reference
+                    # pushes first; only an exact tie of its end with one of theirs could
+                    # then order the two otherwise (tests/test_sim_fastpath.py's "ties" case
+                    # runs identical replicas on round numbers and finds the same records).
                     if lp.steps or not tasks or tasks[0][0] != _CHUNK:
                         break
                     t_next = now + chunk_cost
