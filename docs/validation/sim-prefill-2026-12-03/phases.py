@@ -5,7 +5,7 @@ scheduling, the server's limits) beside the operator model's price of each step'
 `schedule()` (with asynchronous scheduling a step's interval holds the host's work for it
 while the GPU may still run the one before, so sums over a run of steps compare, single
 intervals less so), and the price. Run from the repository root."""
-import json, sys, random
+import json, random
 from servelab.plan import EngineArgs
 from servelab.sim.cost import default_calibration
 from servelab.sim.scheduler import ScheduledStep
