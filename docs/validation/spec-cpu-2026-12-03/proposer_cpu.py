@@ -87,7 +87,6 @@ def main() -> None:
                 t_post = best(post)
                 print(f"| {mml:,} | {ctx:,} | {b} | {t_prop:.3f} | {t_scan:.3f} | {t_post:.3f} | "
                       f"{1e3 * (t_prop + t_post) / b:.1f} |", flush=True)
-        del tok
 
 
 if __name__ == "__main__":

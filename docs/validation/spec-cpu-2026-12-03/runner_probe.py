@@ -167,7 +167,8 @@ def _kernels_per_step(prof, n: int) -> list[float | None]:
     import bisect
     starts = [r[0] for r in ranges]
     for e in ev:
-        if e.get("cat") == "cuda_runtime" and "correlation" in e.get("args", {}):
+        # runtime launches (graphs, torch's kernels) and driver ones (Triton's cuLaunchKernel)
+        if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {}):
             i = bisect.bisect_right(starts, e["ts"]) - 1
             if i >= 0 and e["ts"] <= ranges[i][1]:
                 corr_step[e["args"]["correlation"]] = ranges[i][2]

@@ -43,10 +43,15 @@ step = PP x (GPU time of one stage x `gpu_time_scale`) + (PP - 1) activation hop
   captures no full graph for drafters); a draft model gets none (vLLM 0.25.1 initialises
   the drafter's graph keys for EAGLE-type methods only) and launches every kernel, so a
   forward takes max(its kernels, its layers x `draft_layer_us`, the host's CPU time per
-  drafter layer). The V1 runner's speculative path costs CPU per step (`spec_step_us`:
-  the proposer's call, the rejection sampler, the draft metadata) and per sequence
-  (`spec_per_seq_us`), both fitted per GPU host on one arm (n-gram K = 2) and held out on
-  the others; the n-gram lookup itself is a small part (one linear scan per sequence).
+  drafter layer). A speculative step then adds `spec_step_us` + `spec_per_seq_us` x
+  sequences, fitted per GPU host on the served cells of one arm (n-gram K = 2, c1-c64) and
+  held out on the others. It is a residual, not the speculative path's CPU: timed inside
+  vLLM, the runner's own speculative work (proposer, rejection-sampler launches, parsing and
+  bookkeeping of the drafts) is up to 2 ms a step over the non-speculative CPU terms on both
+  models tried, the n-gram proposer 0.1-1.2 ms; what the line also carries is time only a
+  served engine spends (about 4.5 ms a step at batch 128-256 on Llama-3.1-8B, cause not
+  known). That time stops growing with the batch and the line does not, so it overprices
+  batches past ~100 (docs/validation/spec-cpu-2026-12-03).
 """
 
 from __future__ import annotations
@@ -145,11 +150,12 @@ class Calibration(BaseModel):
         "time per layer a step on piecewise CUDA graphs adds over a full graph when nothing "
         "overlaps it (synchronous scheduling): graph pieces and attention run from Python"))
     spec_step_us: float = Field(0.0, ge=0, description=(
-        "CPU time per step with speculative decoding on top of the engine's (vLLM's V1 "
-        "model runner: the proposer's call, the rejection sampler, the draft metadata)"))
+        "time per step with speculative decoding on top of the engine's CPU terms: a "
+        "residual fitted on served speculative cells (the runner's own speculative CPU is "
+        "up to 2 ms of it; the rest is served-engine time whose cause is not known)"))
     spec_per_seq_us: float = Field(0.0, ge=0, description=(
-        "CPU time per sequence per step with speculative decoding (vLLM's V1 model runner: "
-        "proposer, rejection-sampler inputs, draft bookkeeping)"))
+        "the same residual per sequence per step (fitted at batches up to 64; the measured "
+        "residual stops growing past them, so this overprices larger batches)"))
     fitted_on: tuple[str, ...] = ()
     fit_error_pct: dict[str, float] = Field(default_factory=dict)
     held_out_error_pct: dict[str, float] = Field(default_factory=dict)
@@ -186,7 +192,9 @@ class Calibration(BaseModel):
 # function on the synchronous arm of docs/validation/spec-decode-2026-12-01 (its first
 # protocol); sync_piecewise_layer_us measured (below); spec_step_us and spec_per_seq_us on
 # its n-gram K = 2 arm with those held (simcheck.py, the other speculative arms and the
-# n-gram K = 6 arm of docs/validation/spec-steps-2026-12-02 held out). L40S: no profile
+# n-gram K = 6 arm of docs/validation/spec-steps-2026-12-02 held out): a residual, mostly
+# served-engine time, not the runner's speculative CPU (docs/validation/spec-cpu-2026-12-03,
+# where a physical form was looked for and not found). L40S: no profile
 # and no CPU figures of its host (sync
 # and speculation costs 0: not measured); the seeds' row (docs/simulator.md, "Validation")
 # with the H200 host's launch, drafter and frontend costs.
