@@ -417,6 +417,7 @@ def _run(cluster: Cluster, requests: Sequence[OfflineRequest], intended_s: Seque
     # generic dispatch: the same heap pushes in the same order (so the same sequence numbers
     # break the same ties) and the same float operations, hence identical records.
     fast = bool(loops) and not stepwise
+    no_decode_pool = transfer is None  # (2) of the chunk chain below needs it
     heappop, heappush = heapq.heappop, heapq.heappush
     inf = float("inf")
     n_due, next_due = len(due_order), (due_s[due_order[0]] if due_order else inf)
@@ -475,7 +476,7 @@ def _run(cluster: Cluster, requests: Sequence[OfflineRequest], intended_s: Seque
                         break
                     t_next = now + chunk_cost
                     if t_next >= next_due or (heap and heap[0][0] <= t_next):
-                        if (len(tasks) < 2 or t_next >= step_end[arg] or transfer is not None
+                        if (len(tasks) < 2 or t_next >= step_end[arg] or not no_decode_pool
                                 or flights[tasks[0][1]].engine_done):  # type: ignore[union-attr]
                             break
                     tag = tasks.popleft()[1]

@@ -9,6 +9,7 @@ when encoding prefix + suffix leaves the prefix's ids untouched.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -97,20 +98,28 @@ def random_requests_and_ids(
     (the bench's and the tests' reference), and every other case, batches the first tries
     and retries the misses in order. Both give the same requests and ids."""
     maker = TextMaker(tok, rng)
-    n = opts.num_prompts
     input_lens, output_lens, offsets, prefix = _random_draws(opts, maker, rng)
-    alphabet_len = len(maker.alphabet)
     out = []
     ids = []
+    fits = _fitted_prompts(maker, tok, input_lens, offsets, prefix, spliced)
+    for i, (fitted, o) in enumerate(zip(fits, output_lens.tolist())):
+        out.append(request_spec(i, fitted.text, len(fitted.ids), o, opts.use_chat))
+        ids.append(fitted.ids)
+    return out, ids
+
+
+def _fitted_prompts(maker: TextMaker, tok: TokenizerHandle, input_lens: np.ndarray,
+                    offsets: np.ndarray, prefix: Fitted | None, spliced: bool) -> Iterator[Fitted]:
+    """Request i's fitted prompt, in order: its first try is the alphabet's window from
+    `offsets[i] + i`, of `input_lens[i]` tokens, after `prefix`."""
+    n, alphabet_len = len(input_lens), len(maker.alphabet)
     windows = WindowFitter.build(maker, tok) if spliced and prefix is None else None
     if windows is not None:
         # the same fits, spliced from a few encodings of the alphabet's text
         starts = ((offsets + np.arange(n)) % alphabet_len).tolist()
-        for i, (start, m, o) in enumerate(zip(starts, input_lens.tolist(), output_lens.tolist())):
-            fitted = windows.fit(start, m)
-            out.append(request_spec(i, fitted.text, len(fitted.ids), o, opts.use_chat))
-            ids.append(fitted.ids)
-        return out, ids
+        for start, m in zip(starts, input_lens.tolist()):
+            yield windows.fit(start, m)
+        return
     # Chunks bound the memory of the batched first tries (texts, encodings) at a million
     # requests; chunks run in order, so the generator's draws keep their order.
     for lo in range(0, n, _CHUNK):
@@ -118,11 +127,7 @@ def random_requests_and_ids(
         lens = input_lens[lo:hi].tolist()
         firsts = [maker.alphabet[(int(offsets[i]) + i + np.arange(m)) % alphabet_len].tolist()
                   for i, m in zip(range(lo, hi), lens)]
-        for i, fitted in zip(range(lo, hi), maker.fit_many(lens, prefix, firsts)):
-            out.append(request_spec(i, fitted.text, len(fitted.ids), int(output_lens[i]),
-                                    opts.use_chat))
-            ids.append(fitted.ids)
-    return out, ids
+        yield from maker.fit_many(lens, prefix, firsts)
 
 
 def random_requests_one_by_one(

@@ -22,6 +22,9 @@ from servelab.workload.tokenizer import TokenizerHandle
 
 _MAX_TRIES = 64
 _FRESH_EVERY = 16  # every 16th try starts again from fresh ids (trimming may oscillate)
+# Encodings of windows' ends and retries' tails kept: few distinct strings (~0.2 per
+# request over 300,000 requests), so the bound holds a fleet's million requests' worth.
+_MAX_KNOWN = 1 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,7 +127,7 @@ class WindowFitter:
     """
 
     __slots__ = ("_maker", "_tok", "_enc", "_alphabet", "_text", "_cum", "_bounds", "_flat",
-                 "_starts", "_known", "max_known")
+                 "_starts", "_known")
 
     def __init__(self, maker: TextMaker, enc: SpliceEncoder) -> None:
         self._maker, self._tok, self._enc = maker, enc.tok, enc
@@ -139,10 +142,7 @@ class WindowFitter:
             flat.extend(ids)
             starts.append(len(flat))
         self._bounds, self._flat, self._starts = bounds, flat, starts
-        # Encodings of the windows' ends and of the retries' tails: few distinct strings
-        # (~0.2 per request over 300,000 requests), at most `max_known` of them kept.
-        self._known: dict[str, list[int]] = {}
-        self.max_known = 1 << 20
+        self._known: dict[str, list[int]] = {}  # ends' and tails' encodings (`_MAX_KNOWN`)
 
     @classmethod
     def build(cls, maker: TextMaker, tok: TokenizerHandle) -> WindowFitter | None:
@@ -174,7 +174,7 @@ class WindowFitter:
         got = self._known.get(text)
         if got is None:
             got = self._tok.encode(text)
-            if len(self._known) < self.max_known:
+            if len(self._known) < _MAX_KNOWN:
                 self._known[text] = got
         return got
 
