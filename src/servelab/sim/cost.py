@@ -48,10 +48,12 @@ step = PP x (GPU time of one stage x `gpu_time_scale`) + (PP - 1) activation hop
   held out on the others. It is a residual, not the speculative path's CPU: timed inside
   vLLM, the runner's own speculative work (proposer, rejection-sampler launches, parsing and
   bookkeeping of the drafts) is up to 2 ms a step over the non-speculative CPU terms on both
-  models tried, the n-gram proposer 0.1-1.2 ms; what the line also carries is time only a
-  served engine spends (about 4.5 ms a step at batch 128-256 on Llama-3.1-8B, cause not
-  known). That time stops growing with the batch and the line does not, so it overprices
-  batches past ~100 (docs/validation/spec-cpu-2026-12-03).
+  models tried, the n-gram proposer 0.1-1.2 ms. The rest is in the engine's step itself: on
+  one machine the served step equals the offline one at the same shapes, and the operator
+  model without the line lacks 2.3 / 5.2 / 9.9 / 15.2 ms at batch 16 / 64 / 128 / 256 on
+  Llama-3.1-8B, cause not yet separated. That time grows less past ~128 and the line does
+  not, so it overprices larger batches (docs/validation/spec-cpu-2026-12-03,
+  docs/validation/spec-gil-2026-12-04).
 """
 
 from __future__ import annotations
@@ -152,10 +154,11 @@ class Calibration(BaseModel):
     spec_step_us: float = Field(0.0, ge=0, description=(
         "time per step with speculative decoding on top of the engine's CPU terms: a "
         "residual fitted on served speculative cells (the runner's own speculative CPU is "
-        "up to 2 ms of it; the rest is served-engine time whose cause is not known)"))
+        "up to 2 ms of it; the rest is the engine step's, served or offline alike, its "
+        "cause not yet separated)"))
     spec_per_seq_us: float = Field(0.0, ge=0, description=(
         "the same residual per sequence per step (fitted at batches up to 64; the measured "
-        "residual stops growing past them, so this overprices larger batches)"))
+        "residual grows less past ~128, so this overprices larger batches)"))
     fitted_on: tuple[str, ...] = ()
     fit_error_pct: dict[str, float] = Field(default_factory=dict)
     held_out_error_pct: dict[str, float] = Field(default_factory=dict)

@@ -1,0 +1,71 @@
+"""Served vs offline n-gram K = 4 steps at the same shapes, one machine (device2.sh's run).
+
+    python3 compare.py RESULTS_DIR      (the device's /tmp/g2run, or results2/ here)
+
+Served: the engine core's `schedule()` starts (hook `sch` records); a step's time is the
+interval to the next start, kept when it holds the whole wave (B = the bench's concurrency)
+and no prefill (tokens <= B x (K + 1)). Offline: runner_probe.py's steps with B requests and
+no prefill, each as its wall from `schedule()` to `post_step()` (t1 - t0) and as the interval
+to the next step's start (t0 to t0, which adds the offline loop's own output handling).
+Medians, and the steps' mean scheduled tokens (the verified drafts change them).
+"""
+import json
+import statistics
+import sys
+from pathlib import Path
+
+K = 4
+
+
+def served(root: Path):
+    sch = []
+    for f in (root / "hook").glob("*.jsonl"):
+        recs = [json.loads(x) for x in f.read_text().splitlines() if x.startswith('["sch"')]
+        if recs:
+            sch = recs
+    out = {}
+    for a, b in zip(sch, sch[1:]):
+        dt, tokens, n = b[1] - a[1], a[3], a[4]
+        if dt < 0.5 and n in (16, 64, 128, 256) and tokens <= n * (K + 1):
+            out.setdefault(n, []).append((dt * 1e3, tokens))
+    return out
+
+
+def offline(root: Path):
+    d = json.loads((root / "offline-k4.json").read_text())
+    out = {}
+    for b, entry in d["batches"].items():
+        steps = entry["steps"]
+        rows = []
+        for r, nxt in zip(steps, steps[1:] + [None]):
+            if r.get("reqs") == int(b) and not r.get("prefill"):
+                gap = (nxt["t0"] - r["t0"]) * 1e3 if nxt is not None else None
+                rows.append(((r["t1"] - r["t0"]) * 1e3, gap, r["tokens"]))
+        out[int(b)] = rows
+    return out
+
+
+def main(root: Path) -> None:
+    s, o = served(root), offline(root)
+    print("| B | served steps | served step ms | tokens | offline steps | offline step ms (schedule to post_step) | offline start to start ms | tokens | served - offline (start to start) ms |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for b in (16, 64, 128, 256):
+        sv, of = s.get(b, []), o.get(b, [])
+        if not sv or not of:
+            continue
+        sm = statistics.median(x for x, _ in sv)
+        st = statistics.mean(t for _, t in sv)
+        om = statistics.median(x for x, _, _ in of)
+        og = statistics.median(g for _, g, _ in of if g is not None)
+        ot = statistics.mean(t for _, _, t in of)
+        print(f"| {b} | {len(sv)} | {sm:.2f} | {st:.0f} | {len(of)} | {om:.2f} | {og:.2f} | {ot:.0f} | {sm - og:+.2f} |")
+    print()
+    print("| result | output tok/s | mean TPOT ms |")
+    print("|---|---:|---:|")
+    for f in sorted((root / "cells").glob("*.json"), key=lambda p: int(p.name[1:].split("-")[0])):
+        m = json.loads(f.read_text())
+        print(f"| {f.stem} | {m['output_throughput']:,.0f} | {m['mean_tpot_ms']:.2f} |")
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]))
