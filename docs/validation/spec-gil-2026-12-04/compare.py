@@ -45,6 +45,24 @@ def offline(root: Path):
     return out
 
 
+def phases(path: Path):
+    """Per B of a runner_probe.py JSON: medians of the step (schedule to post_step), the GPU's
+    span (forward start to sampler end, CUDA events), the serial CPU (step - span), the gap to
+    the next step's start, and the step's tokens."""
+    d = json.loads(path.read_text())
+    out = {}
+    for b, entry in d["batches"].items():
+        steps = entry["steps"]
+        rows = [((r["t1"] - r["t0"]) * 1e3, r["gpu_fwd_sample_ms"],
+                 (n["t0"] - r["t1"]) * 1e3 if n is not None else None, r["tokens"])
+                for r, n in zip(steps, steps[1:] + [None])
+                if r.get("reqs") == int(b) and not r.get("prefill") and "gpu_fwd_sample_ms" in r]
+        if rows:
+            med = [statistics.median(x[i] for x in rows if x[i] is not None) for i in range(4)]
+            out[int(b)] = (med[0], med[1], med[0] - med[1], med[2], med[3])
+    return out
+
+
 def main(root: Path) -> None:
     s, o = served(root), offline(root)
     print("| B | served steps | served step ms | tokens | offline steps | offline step ms (schedule to post_step) | offline start to start ms | tokens | served - offline (start to start) ms |")
@@ -59,6 +77,17 @@ def main(root: Path) -> None:
         og = statistics.median(g for _, g, _ in of if g is not None)
         ot = statistics.mean(t for _, _, t in of)
         print(f"| {b} | {len(sv)} | {sm:.2f} | {st:.0f} | {len(of)} | {om:.2f} | {og:.2f} | {ot:.0f} | {sm - og:+.2f} |")
+    print()
+    other = Path(__file__).resolve().parent.parent / "spec-cpu-2026-12-03" / "results" / "llama-k4.json"
+    a, b_ = phases(other), phases(root / "offline-k4.json")
+    print("Offline, the same probe and shapes on two machines (../spec-cpu-2026-12-03's, this run's):")
+    print()
+    print("| B | tokens | step ms | GPU span ms | serial CPU ms | gap to next step ms |")
+    print("|---:|---:|---|---|---|---|")
+    for b in sorted(set(a) & set(b_)):
+        x, y = a[b], b_[b]
+        print(f"| {b} | {y[4]:.0f} | {x[0]:.2f} / {y[0]:.2f} | {x[1]:.2f} / {y[1]:.2f} | "
+              f"{x[2]:.2f} / {y[2]:.2f} (x{y[2] / x[2]:.2f}) | {x[3]:.2f} / {y[3]:.2f} |")
     print()
     print("| result | output tok/s | mean TPOT ms |")
     print("|---|---:|---:|")
