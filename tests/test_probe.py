@@ -14,6 +14,7 @@ import pytest
 
 from servelab.errors import ServelabError
 from servelab.hardware.catalog import get_gpu
+from servelab.hardware.host import HostInfo, cpu_model, probe_host
 from servelab.hardware.probe import (
     NO_GPU_MESSAGE,
     ProbeResult,
@@ -293,3 +294,48 @@ def test_probe_cli_json_on_this_machine() -> None:
     result = ProbeResult.model_validate_json(done.stdout)
     assert (result.source == "none") == (result.message == NO_GPU_MESSAGE)
     assert (result.source == "none") == (result.gpus == [])
+    assert result.host is not None and result.host.python_loop_ns > 0
+
+
+# The host's CPU (servelab.hardware.host): model from /proc/cpuinfo, the loop timed with an
+# injected clock, and the record beside the GPUs.
+
+CPUINFO = """processor\t: 0
+vendor_id\t: GenuineIntel
+model name\t: Intel(R) Xeon(R) Platinum 8480+
+flags\t\t: fpu vme
+
+processor\t: 1
+model name\t: Intel(R) Xeon(R) Platinum 8480+
+"""
+
+
+def test_cpu_model_is_the_first_model_name() -> None:
+    assert cpu_model(CPUINFO) == "Intel(R) Xeon(R) Platinum 8480+"
+    assert cpu_model("processor\t: 0\nvendor_id\t: AuthenticAMD\n") is None  # some VMs report none
+    assert cpu_model("model name\t:   \n") is None
+
+
+def test_probe_host_keeps_the_best_round_per_iteration() -> None:
+    ticks = iter([0, 1_000, 2_000, 2_600, 10_000, 10_900])  # rounds of 1,000, 600 and 900 ns
+
+    host = probe_host(clock_ns=lambda: next(ticks), cpuinfo=lambda: CPUINFO, iterations=100, rounds=3)
+    assert host.python_loop_ns == 6.0  # 600 ns / 100 iterations
+    assert (host.loop_iterations, host.loop_rounds) == (100, 3)
+    assert host.cpu_model == "Intel(R) Xeon(R) Platinum 8480+"
+    with pytest.raises(ValueError, match="must be >= 1"):
+        probe_host(iterations=0)
+
+
+def test_probe_records_the_host_beside_the_gpus() -> None:
+    host = HostInfo(cpu_model="AMD EPYC 9654", logical_cpus=16, python_loop_ns=31.5,
+                    loop_iterations=200_000, loop_rounds=5)
+    none = probe(runner=_missing_smi, nvml=_no_nvml(), host=lambda: host)
+    assert none.source == "none" and none.host == host
+    found = probe(runner=RecordedSmi(), nvml=_no_nvml(), host=lambda: host)
+    assert found.gpus and found.host == host
+    assert ProbeResult.model_validate_json(found.model_dump_json()) == found
+    # a record written before the host was probed still loads
+    old = json.loads(none.model_dump_json())
+    del old["host"]
+    assert ProbeResult.model_validate(old).host is None

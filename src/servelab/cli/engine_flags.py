@@ -28,7 +28,7 @@ from servelab.disaggregation import DisaggregatedConfig
 from servelab.errors import ServelabError
 from servelab.hardware.catalog import node_layout
 from servelab.plan.args import VLLM_DEFAULT_GPU_MEMORY_UTILIZATION
-from servelab.sim.cost import Calibration
+from servelab.sim.cost import Calibration, default_calibration
 from servelab.sim.kernel_profile import KernelProfile
 from servelab.sim.setup import SimOptions
 from servelab.speculation import SpeculativeConfig, parse_rates
@@ -53,6 +53,7 @@ class EngineFlags:
     replicas: int = 1
     router_policy: str = "round_robin"
     calibration: Path | None = None
+    host_cpu_scale: float = 1.0  # the host's CPU time over the measuring host's
     async_scheduling: bool = True
     profile: Path | None = None
     speculative_config: str | None = None  # vLLM's --speculative-config JSON
@@ -77,7 +78,7 @@ def engine_options(*, model: str, gpu: str, quantization: str | None, max_num_se
                    tensor_parallel_size: int, pipeline_parallel_size: int,
                    block_size: int | None, kv_cache_dtype: str | None, replicas: int,
                    router_policy: str, calibration: Path | None,
-                   async_scheduling: bool = True, profile: Path | None = None,
+                   host_cpu_scale: float = 1.0, async_scheduling: bool = True, profile: Path | None = None,
                    speculative_config: str | None = None,
                    spec_acceptance: str | None = None, gpus_per_node: int | None = None,
                    node_link: str = "infiniband", disaggregated: str | None = None,
@@ -114,6 +115,11 @@ def engine_options(*, model: str, gpu: str, quantization: str | None, max_num_se
     if router_policy not in POLICY_NAMES:
         raise ServelabError(f"--router-policy {router_policy!r}: choose one of {', '.join(POLICY_NAMES)}")
     cal = Calibration.load(calibration) if calibration is not None else None
+    if not 0.2 <= host_cpu_scale <= 5.0:
+        raise ServelabError(f"--host-cpu-scale {host_cpu_scale:g}: give the host's CPU time over the "
+                            "measuring host's, 0.2 to 5 (1.5: a host 1.5x slower)")
+    if host_cpu_scale != 1.0:
+        cal = (cal if cal is not None else default_calibration(gpu)).on_host(host_cpu_scale)
     prof = KernelProfile.load(profile) if profile is not None else None
     speculative = speculative_options(speculative_config, spec_acceptance)
     if gpus_per_node is not None and gpus_per_node < 1:
@@ -214,6 +220,10 @@ _FLAGS = (
     _Flag("router_policy", str, "round_robin", ("--router-policy",), "Routing policy for --replicas > 1."),
     _Flag("calibration", Optional[Path], None, ("--calibration",),
           "Calibration JSON from `servelab sim calibrate` (default: shipped factors)."),
+    _Flag("host_cpu_scale", float, 1.0, ("--host-cpu-scale",),
+          "Host CPU time relative to the host the GPU's figures were measured on (1.5: a host 1.5x "
+          "slower, as two H200 VMs measured apart): scales the API server's, tokenizer's, scheduler's "
+          "and launch figures, not the GPU's."),
     _Flag("profile", Optional[Path], None, ("--profile",),
           "Kernel profile JSON from `servelab sim profile` (default: the one servelab ships for the GPU, else its datasheet)."),
     _Flag("async_scheduling", bool, True, ("--async-scheduling/--no-async-scheduling",),
@@ -249,13 +259,13 @@ def sim_engine_flags(*, raw: bool = False, required: bool = True, fleet: bool = 
 
     raw: inject `EngineFlags` rather than validated `SimOptions`. required: --model and
     --gpu are required (else they default to None; needs `raw`). fleet: add --replicas and
-    --router-policy. calibration / async_scheduling: add --calibration /
-    --async-scheduling (left out, the record holds their defaults). help: flag name ->
+    --router-policy. calibration / async_scheduling: add --calibration and
+    --host-cpu-scale / --async-scheduling (left out, the record holds their defaults). help: flag name ->
     help text, replacing the shared one.
     """
     if not (required or raw):
         raise TypeError("sim_engine_flags(required=False) needs raw=True: no model, no SimOptions")
-    left_out = (() if fleet else _FLEET) + (() if calibration else ("calibration",)) \
+    left_out = (() if fleet else _FLEET) + (() if calibration else ("calibration", "host_cpu_scale")) \
         + (() if async_scheduling else ("async_scheduling",))
     flags = [f for f in _FLAGS if f.name not in left_out]
     texts = dict(help or {})

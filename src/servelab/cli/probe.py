@@ -18,7 +18,18 @@ def _show(value: object, unit: str = "") -> str:
     return "-" if value is None else f"{value}{unit}"
 
 
+def _host_line(result: ProbeResult) -> str | None:
+    h = result.host
+    if h is None:
+        return None
+    return (f"host CPU: {h.cpu_model or 'model not reported'}, {_show(h.logical_cpus)} logical CPUs; "
+            f"single-thread Python loop {h.python_loop_ns:.1f} ns per iteration (lower is faster)")
+
+
 def _render(result: ProbeResult, console: Console) -> None:
+    host = _host_line(result)
+    if host is not None:
+        console.print(host, highlight=False)
     if not result.gpus:
         console.print(result.message or "no GPU")
         for note in result.notes:
@@ -53,12 +64,13 @@ def _render(result: ProbeResult, console: Console) -> None:
 
 def _render_nodes(nodes: list, console: Console) -> None:
     table = Table(title=f"Ray cluster: {len(nodes)} live node(s)")
-    for column in ("node", "address", "Ray GPUs", "Ray CPUs", "probed GPUs", "links"):
+    for column in ("node", "address", "Ray GPUs", "Ray CPUs", "probed GPUs", "links", "Python loop ns"):
         table.add_column(column)
     for n in nodes:
         names = ", ".join(f"{g.index}: {g.catalog_name or g.name}" for g in n.probe.gpus) or (n.probe.message or "-")
         links = n.probe.topology.summary if n.probe.topology is not None else "-"
-        table.add_row(n.node_id[:12], n.address, f"{n.ray_gpus:g}", f"{n.ray_cpus:g}", names, links)
+        loop = f"{n.probe.host.python_loop_ns:.1f}" if n.probe.host is not None else "-"
+        table.add_row(n.node_id[:12], n.address, f"{n.ray_gpus:g}", f"{n.ray_cpus:g}", names, links, loop)
     console.print(table)
 
 
@@ -66,7 +78,8 @@ def probe_command(
     json_out: bool = typer.Option(False, "--json", help="Print the result as JSON."),
     ray: Optional[str] = typer.Option(None, "--ray", metavar="ADDRESS", help="Probe every node of this Ray cluster (auto: the local one), as one Ray task per node. Needs servelab[ray]."),
 ) -> None:
-    """Show this machine's NVIDIA GPUs (NVML, else nvidia-smi) and the links between them.
+    """Show this machine's NVIDIA GPUs (NVML, else nvidia-smi), the links between them, and
+    the host's CPU (model, single-thread Python speed: run it on an idle host).
 
     With no GPU it prints "no NVIDIA GPU found" and exits 0. With --ray: every node's
     resources as Ray counts them, and the same probe run on each node.

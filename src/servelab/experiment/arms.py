@@ -18,6 +18,7 @@ from servelab.errors import ServelabError
 from servelab.hardware.catalog import NodeLayout, node_layout
 from servelab.experiment.spec import ArgValue, ArmSpec, ExperimentSpec
 from servelab.plan import EngineArgs
+from servelab.sim.cost import Calibration, default_calibration
 
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
 
@@ -159,6 +160,20 @@ def _shared_by_next(spec: ExperimentSpec, arm: ArmSpec) -> bool:
     return key is not None and i + 1 < len(names) and launch_identity(spec, spec.arms[i + 1]) == key
 
 
+def sim_calibration(spec: ExperimentSpec) -> Calibration | None:
+    """The spec's `sim.calibration` (None: the GPU's shipped one) with `sim.host_cpu_scale`
+    applied to its host figures."""
+    sim = spec.sim
+    cal = Calibration.load(sim.calibration) if sim.calibration else None
+    if sim.host_cpu_scale == 1.0:
+        return cal
+    if cal is None:
+        if spec.hardware.gpu is None:
+            raise ServelabError("sim.host_cpu_scale needs hardware.gpu (whose figures it scales)")
+        cal = default_calibration(spec.hardware.gpu)
+    return cal.on_host(sim.host_cpu_scale)
+
+
 def node_layout_of(spec: ExperimentSpec) -> NodeLayout | None:
     """The spec's `cluster.gpus_per_node` and `node_link` as the simulator's layout (None:
     not given, every replica inside one node)."""
@@ -172,6 +187,8 @@ def _launch(spec: ExperimentSpec, arm: ArmSpec) -> ArmLaunch:
     if spec.engine == "sim":
         if spec.sim.time_scale != 1.0:
             extra += ["--time-scale", repr(spec.sim.time_scale)]
+        if spec.sim.host_cpu_scale != 1.0:
+            extra += ["--host-cpu-scale", repr(spec.sim.host_cpu_scale)]
         if spec.cluster.gpus_per_node is not None:
             extra += ["--gpus-per-node", str(spec.cluster.gpus_per_node), "--node-link", spec.cluster.node_link]
     return ArmLaunch(

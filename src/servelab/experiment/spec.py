@@ -57,10 +57,12 @@ class ModelSpec(_Section):
 
 class SimSettings(_Section):
     """How `engine: sim` runs: `offline` (in process, virtual clock: the default) or
-    `online` (`servelab sim serve` processes over HTTP, in real time x `time_scale`)."""
+    `online` (`servelab sim serve` processes over HTTP, in real time x `time_scale`).
+    `host_cpu_scale`: the host's CPU time over the measuring host's (`--host-cpu-scale`)."""
 
     mode: Literal["offline", "online"] = "offline"
     calibration: Path | None = None
+    host_cpu_scale: float = Field(1.0, ge=0.2, le=5.0)
     profile: Path | None = None
     time_scale: float = Field(1.0, gt=0)
 

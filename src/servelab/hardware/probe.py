@@ -3,7 +3,8 @@
 Step 1 of the playbook: name and compute capability (FP8 needs 8.9 or newer), memory
 total/used/free, driver and CUDA versions, performance state (P0 busy ... P8 idle),
 utilization, power, the GPU-to-GPU links, and the catalog entry the GPU matches (for its
-datasheet bandwidth and FLOP/s). A machine without a GPU is an answer, not an error:
+datasheet bandwidth and FLOP/s), and the host's CPU (`servelab.hardware.host`: its model
+and single-thread Python speed). A machine without a GPU is an answer, not an error:
 ``source="none"`` and ``message="no NVIDIA GPU found"``.
 
 Both back ends are injected so tests replay recorded outputs: ``runner`` returns the
@@ -23,6 +24,7 @@ from pydantic import BaseModel, ConfigDict
 
 from servelab.errors import ServelabError
 from servelab.hardware.catalog import match_gpu
+from servelab.hardware.host import HostInfo, probe_host
 from servelab.hardware.topology import Topology, parse_topology
 
 NO_GPU_MESSAGE = "no NVIDIA GPU found"
@@ -96,6 +98,7 @@ class ProbeResult(BaseModel):
     topology: Topology | None
     message: str | None
     notes: list[str]
+    host: HostInfo | None = None  # the host's CPU (None in records written before it was probed)
 
 
 def run_command(argv: Sequence[str]) -> str:
@@ -235,8 +238,10 @@ def _why(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}".strip().rstrip(":")
 
 
-def probe(runner: CommandRunner | None = None, nvml: NvmlApi | None = None) -> ProbeResult:
+def probe(runner: CommandRunner | None = None, nvml: NvmlApi | None = None,
+          host: Callable[[], HostInfo] = probe_host) -> ProbeResult:
     """Probe the GPUs: NVML first, `nvidia-smi` if NVML fails; never raises for "no GPU".
+    The host's CPU (`host`, default `probe_host`) is recorded beside them either way.
 
     ``runner`` defaults to `run_command`; ``nvml`` to the installed `pynvml` module.
     """
@@ -261,13 +266,15 @@ def probe(runner: CommandRunner | None = None, nvml: NvmlApi | None = None) -> P
         except (OSError, subprocess.SubprocessError, ServelabError) as exc:
             notes.append(f"nvidia-smi: {_why(exc)}")
     if not gpus:
-        return ProbeResult(source="none", gpus=[], topology=None, message=NO_GPU_MESSAGE, notes=notes)
+        return ProbeResult(source="none", gpus=[], topology=None, message=NO_GPU_MESSAGE, notes=notes,
+                           host=host())
     topology = None
     try:
         topology = parse_topology(run(["nvidia-smi", "topo", "-m"]))
     except (OSError, subprocess.SubprocessError, ServelabError) as exc:
         notes.append(f"nvidia-smi topo -m: {_why(exc)}")
-    return ProbeResult(source=source, gpus=gpus, topology=topology, message=None, notes=notes)
+    return ProbeResult(source=source, gpus=gpus, topology=topology, message=None, notes=notes,
+                       host=host())
 
 
 def _load_nvml() -> NvmlApi:

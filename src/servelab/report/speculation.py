@@ -17,11 +17,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from servelab.errors import ServelabError
-from servelab.experiment.arms import engine_path, planner_args
+from servelab.experiment.arms import engine_path, planner_args, sim_calibration
 from servelab.experiment.spec import ExperimentSpec
 from servelab.report.data import CellFigures, ExperimentData
 from servelab.report.tables import Table, fmt, ratio
-from servelab.sim.cost import Calibration
 from servelab.sim.engine import build_engine
 from servelab.sim.spec_payoff import PayoffModel
 
@@ -104,7 +103,7 @@ def payoff_model(spec: ExperimentSpec, arm_name: str, base_arm: str, gpu: str,
     args = planner_args(spec, arm, strict=False)
     baseline = spec.arm(base_arm)
     base_args = planner_args(spec, baseline, strict=False)
-    cal = Calibration.load(spec.sim.calibration) if spec.sim.calibration else None
+    cal = sim_calibration(spec)
     # each engine as its own arm runs (an arm may override the model or its quantization)
     base = build_engine(engine_path(spec, baseline), gpu, baseline.quantization, base_args, cal,
                         base_args.async_scheduling)

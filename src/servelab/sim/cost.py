@@ -105,6 +105,16 @@ class CostModel(Protocol):
     def step_duration_s(self, shape: StepCounts) -> float: ...
 
 
+# The calibration's figures that are host CPU time (single-threaded Python, launches), so
+# move with the host's speed (`Calibration.on_host`); every other field is the GPU's or a record.
+HOST_CPU_FIELDS = (
+    "step_overhead_ms", "per_seq_us", "per_prefill_token_us", "launch_us", "v1_launch_us",
+    "request_overhead_ms", "frontend_us_per_prompt_token", "frontend_us_per_output_token",
+    "frontend_us_per_chunk", "frontend_us_per_request", "frontend_handoff_us",
+    "frontend_tokenize_us", "cpu_step_ms", "cpu_per_seq_us", "draft_layer_us",
+    "sync_piecewise_layer_us", "spec_step_us", "spec_per_seq_us")
+
+
 class Calibration(BaseModel):
     """The residual the kernels leave, for one GPU class (JSON, written by `sim calibrate`).
 
@@ -159,9 +169,24 @@ class Calibration(BaseModel):
     spec_per_seq_us: float = Field(0.0, ge=0, description=(
         "the same residual per sequence per step (fitted at batches up to 64; the measured "
         "residual grows less past ~128, so this overprices larger batches)"))
+    host_cpu_scale: float = Field(1.0, gt=0, description=(
+        "the factor the host-CPU figures carry against the host they were measured on "
+        "(`on_host`; 1.5: priced for a host whose CPU work takes 1.5x as long)"))
     fitted_on: tuple[str, ...] = ()
     fit_error_pct: dict[str, float] = Field(default_factory=dict)
     held_out_error_pct: dict[str, float] = Field(default_factory=dict)
+
+    def on_host(self, scale: float) -> Calibration:
+        """These figures for a host whose CPU work takes `scale` times as long: every
+        host-CPU figure (`HOST_CPU_FIELDS`: the API server, the tokenizer, the scheduler, the
+        launches, the speculative residual) times `scale`; the GPU's (`gpu_time_scale`, the
+        kernel profile) as they are. Two machines of one GPU kind differ here by up to 1.7x
+        (docs/validation/spec-gil-2026-12-04)."""
+        if not scale > 0:
+            raise ValueError(f"host CPU scale {scale!r}: must be > 0")
+        update: dict[str, float] = {f: getattr(self, f) * scale for f in HOST_CPU_FIELDS}
+        update["host_cpu_scale"] = self.host_cpu_scale * scale
+        return self.model_copy(update=update)
 
     @classmethod
     def load(cls, path: Path) -> Calibration:
@@ -195,9 +220,9 @@ class Calibration(BaseModel):
 # function on the synchronous arm of docs/validation/spec-decode-2026-12-01 (its first
 # protocol); sync_piecewise_layer_us measured (below); spec_step_us and spec_per_seq_us on
 # its n-gram K = 2 arm with those held (simcheck.py, the other speculative arms and the
-# n-gram K = 6 arm of docs/validation/spec-steps-2026-12-02 held out): a residual, mostly
-# served-engine time, not the runner's speculative CPU (docs/validation/spec-cpu-2026-12-03,
-# where a physical form was looked for and not found). L40S: no profile
+# n-gram K = 6 arm of docs/validation/spec-steps-2026-12-02 held out): a residual of the
+# engine's step, not the runner's speculative CPU (docs/validation/spec-cpu-2026-12-03,
+# where a physical form was looked for and not found; spec-gil-2026-12-04: served = offline). L40S: no profile
 # and no CPU figures of its host (sync
 # and speculation costs 0: not measured); the seeds' row (docs/simulator.md, "Validation")
 # with the H200 host's launch, drafter and frontend costs.
@@ -340,8 +365,10 @@ class OperatorCostModel:
 
     @property
     def source(self) -> str:
-        """e.g. "Machete 4-bit GEMMs; profiled H200 (...)" or "...; datasheet L40S, not profiled"."""
-        return self.ops.describe()
+        """e.g. "Machete 4-bit GEMMs; profiled H200 (...)" or "...; datasheet L40S, not
+        profiled", with "; host CPU figures x1.5" where they were scaled (`on_host`)."""
+        scale = self.calibration.host_cpu_scale
+        return self.ops.describe() + (f"; host CPU figures x{scale:g}" if scale != 1.0 else "")
 
     def parts(self, shape: StepCounts) -> StepParts:
         spec = self.spec
