@@ -89,6 +89,20 @@ def main(root: Path) -> None:
         print(f"| {b} | {y[4]:.0f} | {x[0]:.2f} / {y[0]:.2f} | {x[1]:.2f} / {y[1]:.2f} | "
               f"{x[2]:.2f} / {y[2]:.2f} (x{y[2] / x[2]:.2f}) | {x[3]:.2f} / {y[3]:.2f} |")
     print()
+    third = root.parent / "results3"
+    if third.is_dir():
+        print("A third machine (device3.sh: its probe's host figure in results3/probe-*.json), "
+              "serial CPU ms, ../spec-cpu-2026-12-03's machine / this one:")
+        print()
+        print("| model | B | step ms | GPU span ms | serial CPU ms |")
+        print("|---|---:|---|---|---|")
+        for model, name in (("llama-k4.json", "llama-3.1-8b-k4.json"), ("qwen3-14b-k4.json", "qwen3-14b-k4.json")):
+            x_, y_ = phases(other.parent / model), phases(third / name)
+            for b in sorted(set(x_) & set(y_)):
+                x, y = x_[b], y_[b]
+                print(f"| {name.split('-k4')[0]} | {b} | {x[0]:.2f} / {y[0]:.2f} | {x[1]:.2f} / {y[1]:.2f} | "
+                      f"{x[2]:.2f} / {y[2]:.2f} (x{y[2] / x[2]:.2f}) |")
+        print()
     print("| result | output tok/s | mean TPOT ms |")
     print("|---|---:|---:|")
     for f in sorted((root / "cells").glob("*.json"), key=lambda p: int(p.name[1:].split("-")[0])):
