@@ -78,7 +78,8 @@ def engine_options(*, model: str, gpu: str, quantization: str | None, max_num_se
                    tensor_parallel_size: int, pipeline_parallel_size: int,
                    block_size: int | None, kv_cache_dtype: str | None, replicas: int,
                    router_policy: str, calibration: Path | None,
-                   host_cpu_scale: float = 1.0, async_scheduling: bool = True, profile: Path | None = None,
+                   host_cpu_scale: float = 1.0, async_scheduling: bool = True,
+                   profile: Path | None = None,
                    speculative_config: str | None = None,
                    spec_acceptance: str | None = None, gpus_per_node: int | None = None,
                    node_link: str = "infiniband", disaggregated: str | None = None,
@@ -260,8 +261,8 @@ def sim_engine_flags(*, raw: bool = False, required: bool = True, fleet: bool = 
     raw: inject `EngineFlags` rather than validated `SimOptions`. required: --model and
     --gpu are required (else they default to None; needs `raw`). fleet: add --replicas and
     --router-policy. calibration / async_scheduling: add --calibration and
-    --host-cpu-scale / --async-scheduling (left out, the record holds their defaults). help: flag name ->
-    help text, replacing the shared one.
+    --host-cpu-scale / --async-scheduling (left out, the record holds their defaults).
+    help: flag name -> help text, replacing the shared one.
     """
     if not (required or raw):
         raise TypeError("sim_engine_flags(required=False) needs raw=True: no model, no SimOptions")
