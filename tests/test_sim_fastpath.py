@@ -85,14 +85,16 @@ def _build(seed: int, case: str) -> tuple[Cluster, list[OfflineRequest], list[fl
     rng = random.Random(seed)
     round_numbers = case == "ties"
     speculative = case == "speculative"
-    replicas = 1 if case == "one" else rng.randint(2, 4)
+    replicas = 1 if case in ("one", "backlog") else rng.randint(2, 4)
     engines = [_engine(random.Random(seed * 31 + (0 if case == "ties" else j)), round_numbers,
                        speculative, seed + j) for j in range(replicas)]
-    if case in ("ties", "fleet"):  # one cost model and its decode-step memo, as build_cluster
+    if case in ("ties", "fleet", "split"):  # one cost model and its decode-step memo, as build_cluster
         engines = [engines[0]] + [SimEngine(e.config, engines[0].cost, engines[0].decode_times)
                                   for e in engines[1:]]
-    policy = None if replicas == 1 else make_policy(
-        rng.choice(["round_robin", "least_requests"]), random.Random(seed))
+    # "split": policies that read nothing of the replicas, no client limit: each replica
+    # is simulated alone (`offline._independent`)
+    names = ["round_robin", "random"] if case == "split" else ["round_robin", "least_requests"]
+    policy = None if replicas == 1 else make_policy(rng.choice(names), random.Random(seed))
     decode = None
     if case == "pd":
         decode = DecodePool([_engine(rng, False, False, seed + 100 + j) for j in range(2)],
@@ -106,7 +108,7 @@ def _build(seed: int, case: str) -> tuple[Cluster, list[OfflineRequest], list[fl
                 for i in range(n)]
         intended = [0.0] * n
     else:
-        rate = rng.choice([20.0, 200.0, 2000.0])
+        rate = 2000.0 if case == "backlog" else rng.choice([20.0, 200.0, 2000.0])
         t, intended = 0.0, []
         for _ in range(n):
             t += rng.expovariate(rate)
@@ -115,6 +117,10 @@ def _build(seed: int, case: str) -> tuple[Cluster, list[OfflineRequest], list[fl
             intended = [round(x, 2) for x in intended]
             rng.shuffle(intended)
     conc = rng.choice([None, 4, 16])
+    if case == "split":
+        conc = None
+    elif case == "backlog":  # a client limit far below the offered load: completions send
+        conc = rng.choice([1, 2, 4])
     warm = rng.choice([0, 0, 3])
     return cluster, reqs, intended, conc, warm
 
@@ -128,8 +134,9 @@ def _both(seed: int, case: str) -> tuple[tuple[OfflineRun, int], tuple[OfflineRu
     return runs[0], runs[1]
 
 
-@pytest.mark.parametrize("case", ["one", "fleet", "ties", "speculative", "pd", "unsorted"])
-@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("case", ["one", "fleet", "ties", "speculative", "pd", "unsorted", "split",
+                                  "backlog"])
+@pytest.mark.parametrize("seed", range(8))
 def test_the_fast_path_gives_the_stepwise_records(seed: int, case: str) -> None:
     (ref, ref_pre), (got, got_pre) = _both(seed, case)
     assert got.num_steps == ref.num_steps and got_pre == ref_pre
@@ -182,3 +189,21 @@ def test_speculative_chunks_carry_their_own_steps_tokens(seed: int, stepwise: bo
     ok = [r for r in run.records if r.error is None]
     assert ok and all(r.output_len == r.expected_output_len for r in ok)
     assert sum(r.output_len for r in ok if not r.warmup) == sum(q.output_len for q in reqs)
+
+
+def test_replicas_are_simulated_alone_only_when_nothing_couples_them() -> None:
+    # the per-replica split (`_run_any`) needs a policy that reads nothing of the replicas
+    # and learns nothing, no client limit, no decode pool and no per-step observer
+    from servelab.sim.offline import _independent
+
+    def cluster(policy: str | None, replicas: int = 3) -> Cluster:
+        engines = [_engine(random.Random(j), False, False, j) for j in range(replicas)]
+        return Cluster(engines, make_policy(policy, random.Random(0)) if policy else None,
+                       NetworkCosts())
+
+    assert _independent(cluster("round_robin"), None, None)
+    assert _independent(cluster("random"), None, None)
+    assert not _independent(cluster("least_requests"), None, None)
+    assert not _independent(cluster("round_robin"), 16, None)
+    assert not _independent(cluster("round_robin"), None, lambda *a: None)
+    assert not _independent(cluster(None, 1), None, None)

@@ -156,6 +156,14 @@ class DecodeStepTimes:
                 self._times[key] = got
         return got
 
+    def seconds_for(self, seqs: int, context_tokens: int) -> float:
+        """`seconds` of a decode-only step of `seqs` sequences attending to
+        `context_tokens` in all, without building its `ScheduledStep` unless it is priced."""
+        got = self._times.get((seqs, context_tokens))
+        if got is None:
+            got = self.seconds(ScheduledStep([], [], seqs, context_tokens, 0, 0, 0))
+        return got
+
 
 class SimEngine:
     """A scheduler, a KV block pool and a cost model: one simulated replica. Replicas
@@ -283,6 +291,57 @@ class SimEngine:
         for r in done:
             del live[r.request_id]
         return duration, step, emitted, done
+
+    def decode_ready(self) -> bool:
+        """True when the next step is a plain decode step of the whole running batch and
+        nothing else can join it: nothing received (inbox, held) or waiting, no speculation,
+        a batch within the token budget, every running request one decode token short of its known tokens, past its
+        prompt, with its prompt blocks registered (`Scheduler._decode_context`'s
+        conditions but the block). Until a request is added, `advance_decode` keeps it so."""
+        sched = self.scheduler
+        if (self.spec is not None or self._inbox or self._held or sched.waiting or not sched.running
+                or len(sched.running) > sched.limits.max_num_batched_tokens):
+            return False
+        for r in sched.running:
+            nc = r.num_computed
+            if (nc + 1 != r.prompt_len + r.num_output or nc < r.prompt_len or r.num_draft
+                    or r.num_registered < len(r.hashes)):
+                return False
+        return True
+
+    def advance_decode(self) -> tuple[float, list[SchedRequest], list[SchedRequest]] | None:
+        """`advance()` when `decode_ready()`: (duration_s, emitted, finished) of the same
+        step, in one pass over the batch (the same block allocations in the same order,
+        the same retirements). None, with nothing stepped, when the pool might run short
+        of the blocks the step needs (then `advance` takes the general path)."""
+        sched = self.scheduler
+        running = sched.running
+        pool = self.pool
+        if pool.num_free_blocks < len(running):
+            return None
+        bs = pool.block_size
+        ctx = 0
+        done: list[SchedRequest] = []
+        for r in running:
+            nc = r.num_computed
+            if nc >= len(r.blocks) * bs:  # its last block is full: one more, in running order
+                r.blocks.extend(pool.allocate(1))
+            ctx += nc + 1
+            r.num_computed = nc + 1
+            out = r.num_output + 1
+            r.num_output = out
+            r.num_new_output = 1
+            if out >= r.max_tokens:
+                done.append(r)
+        emitted = running[:]
+        duration = self.decode_times.seconds_for(len(emitted), ctx)
+        self._generation_tokens_total += len(emitted)
+        if done:
+            sched._retire(done)
+            live = self._live
+            for r in done:
+                del live[r.request_id]
+        return duration, emitted, done
 
     def _admit_async(self, sched: Scheduler) -> None:
         """Requests held through one step join now; those added during the last step wait

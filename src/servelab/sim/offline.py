@@ -47,6 +47,7 @@ from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace, dataclass
+from itertools import accumulate, repeat
 from pathlib import Path
 from typing import IO, Any
 
@@ -56,7 +57,7 @@ from servelab.metrics.records import RequestRecord
 from servelab.metrics.result import BenchResult, RunInfo
 from servelab.metrics.scrape import SpecDecodeStats, combine_spec_decode, spec_decode_stats
 from servelab.metrics.summary import SummaryOptions, summarize
-from servelab.routing.records import RouteRequest
+from servelab.routing.records import NoFeedback, RouteRequest, count_chooser
 from servelab.sim.cluster import Cluster
 from servelab.sim.engine import RequestRejected, SimEngine, rejection_message
 from servelab.sim.scheduler import ScheduledStep
@@ -136,8 +137,8 @@ def _simulate(cluster: Cluster, requests: Sequence[OfflineRequest], intended_s: 
     t_warm_end = 0.0
     if num_warmups and requests:
         warm = _warmups(requests, num_warmups)
-        wrecs, t_warm_end, n = _run(cluster, warm, [0.0] * len(warm), max_concurrency, on_step, 0.0,
-                                      stepwise)
+        wrecs, t_warm_end, n = _run_any(cluster, warm, [0.0] * len(warm), max_concurrency, on_step,
+                                          0.0, stepwise)
         for r in wrecs:
             r.warmup = True
             r.intended_send_s -= t_warm_end
@@ -145,7 +146,8 @@ def _simulate(cluster: Cluster, requests: Sequence[OfflineRequest], intended_s: 
         records.extend(wrecs)
         steps += n
     before = _spec_counters(cluster)
-    recs, t_end, n = _run(cluster, requests, intended_s, max_concurrency, on_step, t_warm_end, stepwise)
+    recs, t_end, n = _run_any(cluster, requests, intended_s, max_concurrency, on_step, t_warm_end,
+                              stepwise)
     records.extend(recs)
     return OfflineRun(records, max(t_end - t_warm_end, 1e-9), steps + n,
                       _spec_delta(before, _spec_counters(cluster)))
@@ -166,6 +168,89 @@ def _spec_delta(before: list[SpecCounters] | None,
                           a.num_accepted_tokens - b.num_accepted_tokens,
                           tuple(float(x - y) for x, y in zip(a.accepted_per_pos, b.accepted_per_pos)))
         for a, b in zip(after, before)])
+
+
+def _run_any(cluster: Cluster, requests: Sequence[OfflineRequest], intended_s: Sequence[float],
+             max_concurrency: int | None, on_step: StepObserver | None,
+             t0: float, stepwise: bool) -> tuple[list[RequestRecord], float, int]:
+    """`_run`, or `_run` once per replica when the replicas cannot influence one another
+    (`_independent`): the same records, duration and steps."""
+    if stepwise or not _independent(cluster, max_concurrency, on_step):
+        return _run(cluster, requests, intended_s, max_concurrency, on_step, t0, stepwise)
+    # Request i reaches the proxy at its due time + ingress, so in the order of (due time,
+    # i), the order `_run` takes them in; the policy, which reads nothing of the replicas'
+    # state, is asked in that order, as `_run` would ask it.
+    due_s = [t0 + float(t) for t in intended_s]
+    ingress = cluster.ingress_s
+    choose = count_chooser(cluster.policy)
+    assert choose is not None
+    n = len(cluster.engines)
+    mine: list[list[int]] = [[] for _ in range(n)]
+    for i in sorted(range(len(due_s)), key=due_s.__getitem__):
+        req = requests[i]
+        route = RouteRequest(req.route_text, len(req.prompt_token_ids), req.session_key)
+        mine[choose(route, n, due_s[i] + ingress).index].append(i)
+    records: list[RequestRecord | None] = [None] * len(requests)
+    t_last, steps = t0, 0
+    for k, idx in enumerate(mine):
+        if not idx:
+            continue
+        idx.sort()  # the replica's requests in request order: its ties fall as in `_run`
+        recs, t_end, n_steps = _run(_OneOfFleet(cluster, k), [requests[i] for i in idx],
+                                    [intended_s[i] for i in idx], None, None, t0)
+        for i, rec in zip(idx, recs):
+            records[i] = rec
+        t_last = max(t_last, t_end)
+        steps += n_steps
+    return records, t_last, steps  # type: ignore[return-value]
+
+
+def _independent(cluster: Cluster, max_concurrency: int | None, on_step: StepObserver | None) -> bool:
+    """True when each replica's events touch nothing another replica's events read, so
+    that each replica can be simulated alone (`_run_any`): several replicas behind a policy
+    that reads nothing of them (`ReadsCountOnly`: round robin, random) and learns nothing
+    from finished requests (`NoFeedback`), no client concurrency limit (a completion
+    would free a slot for any replica's next request), no decode pool, no per-step
+    observer (it sees the steps in time order across replicas). What is left shared is
+    commutative: the in-flight counts, the duration (a maximum), the step count (a sum).
+    Within a replica, events keep their order: `_run` orders events of one instant by
+    when they were pushed, and a replica alone pushes its own events in the same order."""
+    return (len(cluster.engines) > 1 and cluster.decode is None and max_concurrency is None
+            and on_step is None and count_chooser(cluster.policy) is not None
+            and isinstance(cluster.policy, NoFeedback))
+
+
+class _OneOfFleet:
+    """Replica `index` of `cluster` as the one-replica cluster `_run` needs (`_run_any`):
+    the fleet's ingress (the router's hop included) and API-server costs, requests
+    already routed here (counted in the fleet's in-flight counts as `Cluster.route` does),
+    finished requests reported to the fleet as this replica's."""
+
+    def __init__(self, cluster: Cluster, index: int) -> None:
+        self.fleet = cluster
+        self.index = index
+        self.engines = [cluster.engines[index]]
+        self.decode = None
+        self.ingress_s = cluster.ingress_s
+        self.frontend_output_s = cluster.frontend_output_s
+        self.frontend_chunk_s = cluster.frontend_chunk_s
+        self.frontend_request_s = cluster.frontend_request_s
+        self.frontend_handoff_s = cluster.frontend_handoff_s
+
+    def frontend_s(self, prompt_tokens: int) -> float:
+        return self.fleet.frontend_s(prompt_tokens)
+
+    def is_prefill(self, index: int) -> bool:
+        return False
+
+    def route(self, req: RouteRequest, now_s: float, with_views: bool = False) -> int:
+        self.fleet.in_flight[self.index] += 1
+        self.fleet.routed[self.index] += 1
+        return 0
+
+    def finished(self, index: int, req: RouteRequest, ttft_ms: float | None,
+                 mean_itl_ms: float | None, ok: bool, now_s: float) -> None:
+        self.fleet.finished(self.index, req, ttft_ms, mean_itl_ms, ok, now_s)
 
 
 class _Flight:
@@ -208,7 +293,7 @@ class _EventLoop:
         return self.current != _IDLE
 
 
-def _run(cluster: Cluster, requests: Sequence[OfflineRequest], intended_s: Sequence[float],
+def _run(cluster: Cluster | _OneOfFleet, requests: Sequence[OfflineRequest], intended_s: Sequence[float],
          max_concurrency: int | None, on_step: StepObserver | None,
          t0: float, stepwise: bool = False) -> tuple[list[RequestRecord], float, int]:
     """One phase starting at virtual time t0; record times are relative to t0 (`stepwise`:
@@ -412,12 +497,106 @@ def _run(cluster: Cluster, requests: Sequence[OfflineRequest], intended_s: Seque
             t_last = max(t_last, now)
         loop_next(k, now)
 
+    def drain_dues(t: float) -> None:
+        """The requests due at or before `t`, as the loop below takes them (a due request
+        goes before every other event of its instant)."""
+        nonlocal di, next_due, free_slots
+        while next_due <= t:
+            i, d = due_order[di], next_due
+            di += 1
+            next_due = due_s[due_order[di]] if di < n_due else inf
+            if free_slots > 0:
+                free_slots -= 1
+                send(i, d, 0.0)
+            else:
+                slot_queue.append((i, d))
+
+    def decode_stretch(k: int, s: float) -> None:
+        """Replica k's step ended at `s` with its event loop idle (nothing queued, nothing
+        waiting to be sent) and its engine `decode_ready`: what the `_STEP_DONE` branch
+        below does, and then, without heap events, as many of the steps that follow as
+        are sure to see nothing but themselves. Such a step j (start s_j, end e_j) is
+        taken here when (a) its batch is the running one, one decode token each
+        (`advance_decode`: nothing can join it before the next event from outside); (b)
+        the loop's work on step j-1's outputs (one outputs piece, then one chunk per
+        request in emission order, the same float sums as the pieces' heap events) ends
+        before e_j, so at e_j the loop is idle again; (c) e_j is before the horizon: the
+        first event in the heap (anything that could touch this replica: in a fleet's
+        shared heap, any replica's), and the earliest REACH a request could cause:
+        a due request's when a client slot is free (the due request itself goes first at
+        its instant: `drain_dues`), a completion's that sends a queued request (every
+        completion in the window is assumed to). Completions in the window happen here,
+        at their chunk's time, after the requests due by then. The first step that fails
+        (a)-(c) gets the branch's own treatment at its start s_j, where nothing else is
+        pending before s_j: the outputs piece and the step's end go into the heap in the
+        branch's order, after every push made so far (all from instants before s_j), so
+        the heap orders them as the reference does."""
+        nonlocal seq, steps, t_last
+        eng = engines[k]
+        out, _counts, fin = pending[k]
+        adv = None
+        while True:
+            if not eng.has_work():
+                break
+            adv = eng.advance_decode()
+            if adv is None:
+                break
+            dur, e_out, e_fin = adv
+            e = s + dur
+            h = heap[0][0] if heap else inf
+            if free_slots > 0 or fin:  # a free slot, or one that a completion frees
+                h = min(h, next_due + ingress)
+            # the outputs piece ends at s + dt (`loop_next`); each chunk `chunk_cost` later
+            cs = list(accumulate(repeat(chunk_cost, len(out)), initial=s + tok_cost * len(out)))
+            if fin and slot_queue:
+                h = min(h, cs[1] + ingress)
+            if not (cs[-1] < e < h):
+                break
+            done_tags = {r.tag for r in fin} if fin else ()
+            for r, c in zip(out, cs[1:]):
+                tag = r.tag
+                fl = flights[tag]
+                fl.chunks += 1  # type: ignore[union-attr]
+                times = fl.times  # type: ignore[union-attr]
+                if times:
+                    prev = times[-1]
+                    times.append(prev + (c - prev))  # `_arrive`'s gap / 1 x 1: exact
+                else:
+                    times.append(c)
+                if tag in done_tags:
+                    fl.engine_done = True  # type: ignore[union-attr]
+                    drain_dues(c)
+                    complete(tag, c)
+            if cs[-1] > t_last:
+                t_last = cs[-1]
+            steps += 1
+            s, out, fin, adv = e, e_out, e_fin, None
+        # the `_STEP_DONE` branch at s
+        drain_dues(s)
+        loops[k].steps.append((out, [1] * len(out), fin))
+        loop_next(k, s)
+        if adv is not None:  # `start_step` with the step already advanced
+            dur, e_out, e_fin = adv
+            pending[k] = (e_out, [1] * len(e_out), e_fin)
+            step_end[k] = s + dur
+            steps += 1
+            heappush(heap, (s + dur, seq, _STEP_DONE, k))
+            seq += 1
+        elif eng.has_work():
+            start_step(k, s)
+        else:
+            busy[k] = False
+            step_end[k] = inf
+
     # The shortcuts below (`fast`) do what `loop_done` and `loop_next` do for the two most
     # frequent pieces of work, a chunk sent and a step's outputs processed, without their
     # generic dispatch: the same heap pushes in the same order (so the same sequence numbers
     # break the same ties) and the same float operations, hence identical records.
     fast = bool(loops) and not stepwise
     no_decode_pool = transfer is None  # (2) of the chunk chain below needs it
+    # decode stretches (`decode_stretch`): not with speculation, a decode pool, or a
+    # per-step observer, which must see every step's engine
+    stretches = fast and no_decode_pool and on_step is None and all(plain)
     heappop, heappush = heapq.heappop, heapq.heappush
     inf = float("inf")
     n_due, next_due = len(due_order), (due_s[due_order[0]] if due_order else inf)
@@ -517,6 +696,12 @@ def _run(cluster: Cluster, requests: Sequence[OfflineRequest], intended_s: Seque
             continue
         if kind == _STEP_DONE:
             emitted, counts, done = pending[arg]
+            if stretches and emitted:
+                lp = loops[arg]
+                if (lp.current == _IDLE and not lp.tasks and not lp.steps
+                        and engines[arg].decode_ready()):
+                    decode_stretch(arg, now)
+                    continue
             if loops and (emitted or done):
                 # The API server's event loop takes the step's outputs in its turn; the
                 # engine steps on meanwhile.
