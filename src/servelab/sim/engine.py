@@ -343,6 +343,43 @@ class SimEngine:
                 del live[r.request_id]
         return duration, emitted, done
 
+    def advance_decodes(self, n: int) -> list[SchedRequest] | None:
+        """`n` calls of `advance_decode` on a batch that none of them but the last can
+        finish (n <= every running request's tokens to go), at once: the same block
+        allocations in the same order (step by step, in running order), the same
+        retirements after the last; what the n-th step finished. None, with nothing
+        stepped, when the pool might run short of blocks."""
+        sched = self.scheduler
+        running = sched.running
+        pool = self.pool
+        bs = pool.block_size
+        # (step, position) of each block a request takes: when its computed tokens reach
+        # its blocks' end (a decode-ready request's blocks hold all its computed tokens)
+        needs: list[tuple[int, int]] = []
+        for m, r in enumerate(running):
+            needs.extend((t, m) for t in range(len(r.blocks) * bs - r.num_computed, n, bs))
+        if len(needs) > pool.num_free_blocks:
+            return None
+        if needs:
+            needs.sort()
+            for (_t, m), b in zip(needs, pool.allocate(len(needs))):
+                running[m].blocks.append(b)
+        done: list[SchedRequest] = []
+        for r in running:
+            r.num_computed += n
+            out = r.num_output + n
+            r.num_output = out
+            r.num_new_output = 1
+            if out >= r.max_tokens:
+                done.append(r)
+        self._generation_tokens_total += n * len(running)
+        if done:
+            sched._retire(done)
+            live = self._live
+            for r in done:
+                del live[r.request_id]
+        return done
+
     def _admit_async(self, sched: Scheduler) -> None:
         """Requests held through one step join now; those added during the last step wait
         one more, unless the engine had nothing scheduled (an idle vLLM engine schedules a
