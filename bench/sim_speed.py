@@ -13,7 +13,8 @@ Cases (issues 4 and 19):
 Every case runs twice, each time on fresh engines: on the default path and on the
 stepwise reference (`simulate(stepwise=True)`, every event through the generic dispatch,
 every step through the scheduler's general loops and priced by the cost model, every
-routing policy asked through a view per replica); the bench
+routing policy asked through a view per replica, no decode stretch taken in one jump, no
+replica simulated alone); the bench
 checks that both give identical records and prints the speed-up. Case 1 also runs a third
 time, stepwise, with the operator cost model's per-token-count cache switched off (every
 step prices every kernel again), so that ratio shows what pricing each distinct step
