@@ -287,16 +287,20 @@ class SimEngine:
             for r in emitted:
                 if r.num_output == 1:
                     self._prompt_tokens_total += r.prompt_len
+        self._forget(done)
+        return duration, step, emitted, done
+
+    def _forget(self, done: list[SchedRequest]) -> None:
+        """Finished requests leave the engine's id map (the scheduler has retired them)."""
         live = self._live
         for r in done:
             del live[r.request_id]
-        return duration, step, emitted, done
 
     def decode_ready(self) -> bool:
         """True when the next step is a plain decode step of the whole running batch and
         nothing else can join it: nothing received (inbox, held) or waiting, no speculation,
-        a batch within the token budget, every running request one decode token short of its known tokens, past its
-        prompt, with its prompt blocks registered (`Scheduler._decode_context`'s
+        a batch within the token budget, every running request one decode token short of
+        its known tokens, past its prompt, with its prompt blocks registered (`Scheduler._decode_context`'s
         conditions but the block). Until a request is added, `advance_decode` keeps it so."""
         sched = self.scheduler
         if (self.spec is not None or self._inbox or self._held or sched.waiting or not sched.running
@@ -312,8 +316,9 @@ class SimEngine:
     def advance_decode(self) -> tuple[float, list[SchedRequest], list[SchedRequest]] | None:
         """`advance()` when `decode_ready()`: (duration_s, emitted, finished) of the same
         step, in one pass over the batch (the same block allocations in the same order,
-        the same retirements). None, with nothing stepped, when the pool might run short
-        of the blocks the step needs (then `advance` takes the general path)."""
+        the same retirements). None, with nothing stepped, when the pool holds fewer free
+        blocks than the batch has requests (the most a step can need; then `advance` takes
+        the general path, which preempts as vLLM does)."""
         sched = self.scheduler
         running = sched.running
         pool = self.pool
@@ -338,9 +343,7 @@ class SimEngine:
         self._generation_tokens_total += len(emitted)
         if done:
             sched._retire(done)
-            live = self._live
-            for r in done:
-                del live[r.request_id]
+            self._forget(done)
         return duration, emitted, done
 
     def advance_decodes(self, n: int) -> list[SchedRequest] | None:
@@ -375,9 +378,7 @@ class SimEngine:
         self._generation_tokens_total += n * len(running)
         if done:
             sched._retire(done)
-            live = self._live
-            for r in done:
-                del live[r.request_id]
+            self._forget(done)
         return done
 
     def _admit_async(self, sched: Scheduler) -> None:
