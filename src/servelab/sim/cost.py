@@ -59,7 +59,7 @@ step = PP x (GPU time of one stage x `gpu_time_scale`) + (PP - 1) activation hop
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -353,6 +353,9 @@ class OperatorCostModel:
         self._cpu_step_s = cal.cpu_step_ms * 1e-3
         self._cpu_seq_s = cal.cpu_per_seq_us * 1e-6
         self._ptok_s = cal.per_prefill_token_us * 1e-6
+        # decode-only steps by batch size: (kernels that do not attend, launch floor, graph
+        # pieces, attention over the context) (`decode_step_s`)
+        self._decode_parts: dict[int, tuple[float, float, float, Callable[[int], float]]] = {}
         # one stage's activations to the next: M x hidden bf16 over the link
         link = gpu.interconnect
         self._hop_s_per_token = model.hidden * 2 / (link.unidirectional_gbs * 1e9)
@@ -405,9 +408,29 @@ class OperatorCostModel:
         return (max(first.total_s * self._scale, cpu)
                 + (spec.num_speculative_tokens - 1) * max(rest.total_s * self._scale, cpu))
 
+    def decode_step_s(self, seqs: int, context_tokens: int) -> float:
+        """`step_duration_s` of a decode-only step (one token for each of `seqs` sequences,
+        `context_tokens` attended in all) on one stage without speculation: the same
+        float operations, with what depends on the batch alone worked out once per batch."""
+        got = self._decode_parts.get(seqs)
+        if got is None:
+            parts = self.ops.parts(seqs, 0, 0, 0, 0)  # (its attention is priced below)
+            got = (parts.linear_s, parts.launches * self._launch_s, parts.pieces * self._piece_s,
+                   self.ops.decode_attention(seqs))
+            self._decode_parts[seqs] = got
+        linear, launch_s, piece_s, attention = got
+        gpu = max((linear + attention(context_tokens)) * self._scale, launch_s) + piece_s
+        gpu_path = gpu + self._step_s + self._seq_s * seqs
+        if not self._async:
+            return gpu_path + (self._cpu_step_s + self._cpu_seq_s * seqs)
+        return max(gpu_path, self._cpu_step_s + self._cpu_seq_s * seqs) if self._cpu_floor else gpu_path
+
     def step_duration_s(self, shape: StepCounts) -> float:
         """Seconds one step takes (kernels x scale per stage, micro-batches through the
         stages, CPU residual); see the module doc for PP."""
+        if (self.pp == 1 and self.spec is None and not shape.prefill_tokens and not shape.prefill_seqs
+                and not shape.draft_tokens and shape.decode_seqs):
+            return self.decode_step_s(shape.decode_seqs, shape.decode_context_tokens)
         seqs = shape.decode_seqs + shape.prefill_seqs
         tokens = shape.decode_seqs + shape.prefill_tokens
         if self.pp == 1:

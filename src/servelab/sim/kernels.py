@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_right
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -62,6 +63,8 @@ class KernelTimes(Protocol):
     def elementwise_s(self, nbytes: float) -> float: ...
     def attn_decode_s(self, batch: int, context: float, q_heads: int, kv_heads: int,
                       head_dim: int) -> float: ...
+    def attn_decode_fn(self, batch: int, q_heads: int, kv_heads: int,
+                       head_dim: int) -> Callable[[float], float]: ...
     def attn_prefill_s(self, tokens: int, cached: float, q_heads: int, kv_heads: int,
                        head_dim: int) -> float: ...
     def moe_s(self, tokens: int, experts: int, topk: int, hidden: int, inter: int) -> float: ...
@@ -147,15 +150,25 @@ class _Grid2:
     curves: tuple[_Curve, ...]
 
     def __call__(self, a: float, b: float) -> float:
-        ra = self.rows_a
+        return self.at(a)(b)
+
+    def at(self, a: float) -> Callable[[float], float]:
+        """Time over b at this a: what `self(a, b)` gives, with a's row pair and weight
+        worked out once (a decode step's batch is fixed while its context grows)."""
+        ra, curves = self.rows_a, self.curves
         if a <= ra[0]:
-            return self.curves[0](b)
+            return curves[0]
         if a >= ra[-1]:
-            return self.curves[-1](b) * a / ra[-1]
+            top, last_a = curves[-1], ra[-1]
+            return lambda b: top(b) * a / last_a
         i = bisect_right(ra, a) - 1
         f = (math.log(a) - math.log(ra[i])) / (math.log(ra[i + 1]) - math.log(ra[i]))
-        lo, hi = self.curves[i](b), self.curves[i + 1](b)
-        return math.exp(math.log(lo) + f * (math.log(hi) - math.log(lo)))
+        lo_curve, hi_curve = curves[i], curves[i + 1]
+
+        def between(b: float) -> float:
+            lo, hi = lo_curve(b), hi_curve(b)
+            return math.exp(math.log(lo) + f * (math.log(hi) - math.log(lo)))
+        return between
 
 
 def _grid2(points: list[tuple[float, float, float]]) -> _Grid2:
@@ -176,6 +189,7 @@ class ProfiledKernels:
         self.gpu = gpu
         self.fallback = fallback
         self._memo: dict[tuple[int, int, int, int], tuple[int, int, int]] = {}
+        self._decode_fns: dict[tuple[int, int, int, int], Callable[[float], float]] = {}
         self.source = f"profiled {gpu.name} ({profile.device.gpu_name}, vLLM {profile.device.vllm})"
         self._gemm: dict[str, tuple[list[float], list[_EffCurve]]] = {}
         by_fam: dict[str, dict[tuple[int, int], list[tuple[int, float]]]] = defaultdict(lambda: defaultdict(list))
@@ -249,12 +263,29 @@ class ProfiledKernels:
 
     def attn_decode_s(self, batch: int, context: float, q_heads: int, kv_heads: int,
                       head_dim: int) -> float:
+        return self.attn_decode_fn(batch, q_heads, kv_heads, head_dim)(context)
+
+    def attn_decode_fn(self, batch: int, q_heads: int, kv_heads: int,
+                       head_dim: int) -> Callable[[float], float]:
+        """Decode attention seconds over the context per sequence at this batch and head
+        layout (made once per batch and layout, kept: a model asks with one layout)."""
+        key4 = (batch, q_heads, kv_heads, head_dim)
+        got = self._decode_fns.get(key4)
+        if got is not None:
+            return got
         if not self._decode or batch <= 0:
-            return self.fallback.attn_decode_s(batch, context, q_heads, kv_heads, head_dim)
-        key = self._nearest(self._decode, q_heads, kv_heads, head_dim)
-        # same KV bytes per sequence: the kernel streams blocks, its time follows the bytes
-        ctx = max(context, 1.0) * (kv_heads * head_dim) / (key[1] * key[2])
-        return self._decode[key](batch, ctx)
+            fallback = self.fallback
+            got = lambda context: fallback.attn_decode_s(batch, context, q_heads, kv_heads, head_dim)  # noqa: E731
+        else:
+            key = self._nearest(self._decode, q_heads, kv_heads, head_dim)
+            grid = self._decode[key].at(batch)
+            num, den = kv_heads * head_dim, key[1] * key[2]
+            # same KV bytes per sequence: the kernel streams blocks, its time follows the bytes
+
+            def got(context: float) -> float:
+                return grid(max(context, 1.0) * num / den)
+        self._decode_fns[key4] = got
+        return got
 
     def attn_prefill_s(self, tokens: int, cached: float, q_heads: int, kv_heads: int,
                        head_dim: int) -> float:
@@ -356,6 +387,11 @@ class DatasheetKernels:
                       head_dim: int) -> float:
         kv = 2.0 * batch * context * kv_heads * head_dim * 2
         return DECODE_ATTN_FLOOR_S + kv / (self.gpu.memory_bandwidth_gbs * 1e9 * ATTN_BANDWIDTH)
+
+    def attn_decode_fn(self, batch: int, q_heads: int, kv_heads: int,
+                       head_dim: int) -> Callable[[float], float]:
+        """`attn_decode_s` over the context per sequence at this batch."""
+        return lambda context: self.attn_decode_s(batch, context, q_heads, kv_heads, head_dim)
 
     def attn_prefill_s(self, tokens: int, cached: float, q_heads: int, kv_heads: int,
                        head_dim: int) -> float:

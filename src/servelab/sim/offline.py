@@ -43,6 +43,7 @@ import gc
 import heapq
 import json
 import random
+from array import array
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -380,11 +381,13 @@ def _run(cluster: Cluster | _OneOfFleet, requests: Sequence[OfflineRequest], int
             rec.chunks = fl.chunks
             rec.ttft_ms = (times[0] - send_abs) * 1e3
             rec.e2el_ms = (times[-1] - send_abs) * 1e3
-            if len(times) > 32:  # the same differences and products, in one pass of numpy's
+            # the gaps as 8-byte floats (a fleet's records hold a million timelines), the
+            # same differences and products in numpy's one pass or Python's
+            if len(times) > 32:
                 gaps = np.array(times)
-                rec.itl_ms = ((gaps[1:] - gaps[:-1]) * 1e3).tolist()
+                rec.itl_ms = array("d", ((gaps[1:] - gaps[:-1]) * 1e3).tobytes())
             else:
-                rec.itl_ms = [(b - a) * 1e3 for a, b in zip(times, times[1:])]
+                rec.itl_ms = array("d", [(b - a) * 1e3 for a, b in zip(times, times[1:])])
             fl.times = []  # its record holds them now: a fleet's million timelines need not stay
         else:
             rec.error, rec.error_kind = error, "http_400"

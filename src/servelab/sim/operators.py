@@ -45,6 +45,7 @@ from __future__ import annotations
 import copy
 import math
 from bisect import bisect_left
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from servelab.hardware.catalog import GPUSpec, NodeLayout
@@ -126,6 +127,7 @@ class OperatorModel:
         self.moe_layers = model.moe_layers * self.stage_frac
         self._per_tokens: dict[int, float] = {}
         self._per_seqs: dict[int, float] = {}
+        self._decode_attn: dict[int, Callable[[int], float]] = {}
         if model.is_mla:
             # MLA decode attends in the latent space: one "head" of the latent width per query
             self.attn_kv_heads, self.attn_head_dim = 1, model.kv_lora_rank + model.qk_rope_head_dim
@@ -285,14 +287,8 @@ class OperatorModel:
                     prefill_ctx: int, prefill_seqs: int) -> float:
         """Attention seconds of one step on one GPU of one stage."""
         k = self.kernels
-        qh, kvh, hd = self.q_heads, self.attn_kv_heads, self.attn_head_dim
-        t = 0.0
-        if decode_seqs:
-            ctx = decode_ctx / decode_seqs
-            if self.full_layers:
-                t += self.full_layers * k.attn_decode_s(decode_seqs, ctx, qh, kvh, hd)
-            if self.sliding_layers:
-                t += self.sliding_layers * k.attn_decode_s(decode_seqs, min(ctx, self.window), qh, kvh, hd)
+        qh, kvh = self.q_heads, self.attn_kv_heads
+        t = self.decode_attention(decode_seqs)(decode_ctx) if decode_seqs else 0.0
         if prefill_tokens:
             chunks = max(1, prefill_seqs)
             q = max(1, round(prefill_tokens / chunks))
@@ -303,6 +299,29 @@ class OperatorModel:
                 win = min(cached, max(0.0, self.window - q)) if self.window else cached
                 t += self.sliding_layers * chunks * k.attn_prefill_s(q, win, qh, kvh, self.model.head_dim)
         return t
+
+    def decode_attention(self, seqs: int) -> Callable[[int], float]:
+        """Attention seconds of `seqs` decoding sequences on one GPU of one stage over their
+        context tokens in all (made once per batch size and kept; a decode run keeps its
+        batch while its context grows)."""
+        got = self._decode_attn.get(seqs)
+        if got is not None:
+            return got
+        k = self.kernels
+        qh, kvh, hd = self.q_heads, self.attn_kv_heads, self.attn_head_dim
+        full, sliding, window = self.full_layers, self.sliding_layers, self.window
+        full_fn = k.attn_decode_fn(seqs, qh, kvh, hd)
+
+        def seconds(decode_ctx: int) -> float:
+            t = 0.0
+            ctx = decode_ctx / seqs
+            if full:
+                t += full * full_fn(ctx)
+            if sliding:
+                t += sliding * full_fn(min(ctx, window))
+            return t
+        self._decode_attn[seqs] = seconds
+        return seconds
 
     def ends_s(self, tokens: int, seqs: int) -> float:
         """What only the first and last PP stages run, once per micro-batch: embedding, final
