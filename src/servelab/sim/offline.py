@@ -384,7 +384,7 @@ def _run(cluster: Cluster | _OneOfFleet, requests: Sequence[OfflineRequest], int
             # the gaps as 8-byte floats (a fleet's records hold a million timelines), the
             # same differences and products in numpy's one pass or Python's
             if len(times) > 32:
-                gaps = np.array(times)
+                gaps = np.fromiter(times, float, len(times))
                 rec.itl_ms = array("d", ((gaps[1:] - gaps[:-1]) * 1e3).tobytes())
             else:
                 rec.itl_ms = array("d", [(b - a) * 1e3 for a, b in zip(times, times[1:])])
