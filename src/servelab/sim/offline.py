@@ -884,7 +884,8 @@ def offline_requests(specs: Sequence[RequestSpec], tokenizer: Any,
         encoded: Sequence[Sequence[int]] = token_ids
     elif specs:
         typecode = tokenizer.id_typecode()
-        encoded = [array(typecode, ids) for ids in tokenizer.encode_batch([s.text for s in specs])]
+        encoded = [array(typecode, ids)
+                   for ids in tokenizer.encode_batch([s.text for s in specs])]
     else:
         encoded = []
     return [
@@ -910,6 +911,9 @@ class PreparedWorkload:
 
 
 def prepare_workload(dataset: DatasetOptions, seed: int, arrivals: ArrivalOptions) -> PreparedWorkload:
+    """The workload `dataset` describes as the engines see it (`offline_requests`: token
+    ids as arrays, the random dataset's shared with the workload rather than copied) and
+    its intended send times in seconds, drawn as bench draws them."""
     tok = load_tokenizer(dataset.tokenizer)
     with _collector_paused():
         wl = build_workload(dataset, tok, seed)
