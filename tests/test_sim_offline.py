@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import random
+from array import array
+from dataclasses import replace
 
 import pytest
 
@@ -11,7 +13,10 @@ from servelab.routing.policies import make_policy
 from servelab.sim.cluster import Cluster, NetworkCosts
 from servelab.sim.cost import AffineCost
 from servelab.sim.engine import SimConfig, SimEngine
-from servelab.sim.offline import OfflineRequest, simulate
+from servelab.sim.offline import OfflineRequest, _warmups, offline_requests, simulate
+from servelab.sim.setup import fit_token_ids
+from servelab.workload.datasets import DatasetOptions, build_workload
+from servelab.workload.tokenizer import load_tokenizer
 
 # 10 ms per step + 1 ms per prefill token + 0.5 ms per decode sequence.
 _COST = AffineCost(step_s=0.010, per_decode_seq_s=0.0005, per_prefill_token_s=0.001)
@@ -155,3 +160,61 @@ def test_a_burst_hands_its_first_request_over_after_the_others_are_taken_in() ->
                    [0.0] * 3)
     by = {r.index: r for r in run.records}
     assert [by[i].ttft_ms for i in range(3)] == pytest.approx([15.4, 16.0, 17.5])
+
+
+def test_fit_token_ids_cuts_pads_and_keeps_arrays() -> None:
+    """An array of the right length is the request's own (no copy); a cut keeps its
+    typecode; padding ids are negative, unique to the request, in 8-byte ids."""
+    ids = array("H", [7, 8, 9, 10])
+    assert fit_token_ids(ids, 4, 0) is ids
+    cut = fit_token_ids(ids, 2, 0)
+    assert (cut.typecode, cut.tolist()) == ("H", [7, 8])
+    padded = fit_token_ids(ids, 7, 2)
+    assert (padded.typecode, padded.tolist()) == ("q", [7, 8, 9, 10, -3_000_000, -3_000_001, -3_000_002])
+    assert ids.tolist() == [7, 8, 9, 10]
+    from_list = fit_token_ids([1, 2, 3], 2, 0)
+    assert (type(from_list), from_list.tolist()) == (array, [1, 2])
+    assert fit_token_ids((), 2, 999_999).tolist() == [-1_000_000_000_000, -1_000_000_000_001]
+
+
+def test_warmups_get_their_own_first_id_and_leave_the_requests_alone() -> None:
+    reqs = [OfflineRequest(0, array("H", [5, 6, 7]), 3, "a"), OfflineRequest(1, (8, 9), 2, "b"),
+            OfflineRequest(2, array("H"), 1, "c")]
+    warm = _warmups(reqs, 4)
+    assert [w.prompt_token_ids.tolist() for w in warm] == [
+        [(1 << 40) + 0, 6, 7], [(1 << 40) + 1, 9], [], [(1 << 40) + 3, 6, 7]]
+    assert all(w.prompt_token_ids.typecode == "q" for w in warm)
+    assert [(w.index, w.output_len, w.route_text) for w in warm] == [
+        (0, 3, "a"), (1, 2, "b"), (2, 1, "c"), (0, 3, "a")]
+    assert reqs[0].prompt_token_ids.tolist() == [5, 6, 7] and reqs[1].prompt_token_ids == (8, 9)
+
+
+def test_random_requests_share_the_workloads_ids_and_simulate_as_tuples_do() -> None:
+    """`offline_requests` keeps each random request's ids once (the workload's array, not
+    a copy), gives the same ids as encoding the texts again, and a fleet serves them as it
+    serves the same ids in tuples: the same records and prefix-cache counts."""
+    tok = load_tokenizer(None)
+    work = build_workload(DatasetOptions(dataset_name="random", num_prompts=60,
+                                         random_input_len=40, random_output_len=6,
+                                         random_range_ratio=0.5), tok, 1)
+    assert work.token_ids is not None
+    reqs = offline_requests(work.requests, tok, work.token_ids)
+    assert all(r.prompt_token_ids is ids for r, ids in zip(reqs, work.token_ids))
+    again = offline_requests(work.requests, tok)
+    assert again == reqs
+    assert {(type(r.prompt_token_ids), r.prompt_token_ids.typecode) for r in again} == {(array, "H")}
+    # every third request opens with the block of the one two before it (the same replica
+    # under round robin): prefix-cache hits
+    reqs = [replace(r, prompt_token_ids=reqs[i - 2].prompt_token_ids[:16]
+                    + r.prompt_token_ids[16:]) if i % 3 == 2 else r for i, r in enumerate(reqs)]
+    as_tuples = [replace(r, prompt_token_ids=tuple(r.prompt_token_ids)) for r in reqs]
+
+    def serve(requests: list[OfflineRequest]) -> tuple[list, list[int]]:
+        engines = [_engine() for _ in range(2)]
+        cluster = Cluster(engines, make_policy("round_robin", random.Random(0)), _NET)
+        run = simulate(cluster, requests, [0.05 * i for i in range(len(requests))], num_warmups=3)
+        return run.records, [e.stats.prefix_cache_hits_total for e in engines]
+
+    records, hits = serve(reqs)
+    assert sum(hits) > 0
+    assert (records, hits) == serve(as_tuples)

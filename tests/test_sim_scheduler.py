@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from array import array
 
 import pytest
 
@@ -143,3 +144,31 @@ def test_one_request_alone_costs_the_closed_form() -> None:
     durations = [eng.step(0.0).duration_s for _ in range(3)]
     # prefill: 10 ms + 20 x 1 ms; each decode: 10 ms + 0.5 ms.
     assert durations == pytest.approx([0.030, 0.0105, 0.0105])
+
+
+def _hashes_by_slicing(ids: tuple[int, ...], block_size: int) -> list[int]:
+    """The chained block hashes as vLLM defines them, block by block from a tuple."""
+    out, parent = [], 0
+    for start in range(0, len(ids) - block_size + 1, block_size):
+        parent = hash((parent, ids[start:start + block_size]))
+        out.append(parent)
+    return out
+
+
+@pytest.mark.parametrize(("typecode", "ids"), [
+    ("H", tuple(range(30_000, 30_000 + 37))),
+    ("I", tuple(range(151_000, 151_000 + 64))),  # a Qwen-sized vocabulary's ids
+    ("q", (1 << 40, *range(1, 47))),  # a warm-up's first id
+    ("q", (*range(5, 25), *range(-3_000_000, -3_000_020, -1))),  # padding ids
+])
+def test_prompt_ids_kept_as_arrays_hash_as_the_tuples_do(typecode: str, ids: tuple[int, ...]) -> None:
+    """Offline requests keep their ids as arrays: the block hashes are the tuples' own,
+    whole blocks only (a partial last block is not hashed)."""
+    for block_size in (1, 7, 16):
+        want = _hashes_by_slicing(ids, block_size)
+        assert len(want) == len(ids) // block_size
+        assert prompt_block_hashes(array(typecode, ids), block_size) == want
+        assert prompt_block_hashes(ids, block_size) == want
+        assert prompt_block_hashes(list(ids), block_size) == want
+    assert prompt_block_hashes(array(typecode, ids[:15]), 16) == []
+    assert prompt_block_hashes(array(typecode), 16) == []

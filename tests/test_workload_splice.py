@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import json
 import random
+from array import array
 
 import numpy as np
 import pytest
 from tokenizers import Tokenizer
 
 from servelab.workload.splice import SpliceEncoder
-from servelab.workload.textfit import TextMaker, WindowFitter
+from servelab.workload.textfit import Fitted, TextMaker, WindowFitter
 from servelab.workload.tokenizer import TokenizerHandle, TokenizerInfo, load_tokenizer
 
 # Every character class of the pattern and its edges: letters (ASCII and not), digits,
@@ -80,7 +81,36 @@ def test_window_fitter_gives_fit_for_every_window(seed: int) -> None:
     cases += [(period - 1, 300), (period - 3, 2), (0, 0)]
     for start, n in cases:
         window = ref.alphabet[(start + np.arange(n)) % period].tolist()
-        assert fitter.fit(start, n) == ref.fit(n, None, window), (start, n)
+        assert _plain(fitter.fit(start, n)) == ref.fit(n, None, window), (start, n)
+    assert fast.random_ids(16) == ref.random_ids(16)
+
+
+def _plain(fitted: Fitted) -> Fitted:
+    """`fitted` with its ids as `TextMaker` gives them (a list), checking that the fitter
+    gave them compactly: 2 bytes an id for the built-in tokenizer's 32,768 ids."""
+    assert isinstance(fitted.ids, array) and fitted.ids.typecode == "H"
+    return Fitted(fitted.text, fitted.ids.tolist())
+
+
+def test_window_fitter_gives_fit_when_windows_meet_again() -> None:
+    """What the fitter keeps (by window start, end and cut, and tails cut to k tokens) gives
+    what fitting afresh gives: windows that share starts and ends, each fitted twice, in
+    an order that meets every kept entry again, against `TextMaker.fit`."""
+    tok = load_tokenizer(None)
+    ref, fast = TextMaker(tok, np.random.default_rng(9)), TextMaker(tok, np.random.default_rng(9))
+    fitter = WindowFitter.build(fast, tok)
+    assert fitter is not None
+    period = len(ref.alphabet)
+    rng = random.Random(9)
+    starts = [rng.randrange(period) for _ in range(6)] + [0, period - 1]
+    cases = [(s, n) for s in starts for n in (1, 9, 30, 31, 32, 100, 220, 221, 419)]
+    # shifting start and length together keeps the end: the same tail, other heads
+    cases += [(s + d, 200 - d) for s in starts[:3] for d in range(0, 40, 3) if s + d < period]
+    cases = cases + cases[::-1]
+    rng.shuffle(cases)
+    for start, n in cases:
+        window = ref.alphabet[(start + np.arange(n)) % period].tolist()
+        assert _plain(fitter.fit(start, n)) == ref.fit(n, None, window), (start, n)
     assert fast.random_ids(16) == ref.random_ids(16)
 
 
@@ -93,4 +123,4 @@ def test_window_fitter_falls_back_past_one_period() -> None:
     period = len(ref.alphabet)
     n = period + 7
     window = ref.alphabet[(5 + np.arange(n)) % period].tolist()
-    assert fitter.fit(5, n) == ref.fit(n, None, window)
+    assert _plain(fitter.fit(5, n)) == ref.fit(n, None, window)

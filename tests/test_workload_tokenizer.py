@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -54,3 +55,15 @@ def test_errors_name_the_spec(tmp_path: Path) -> None:
     msg = str(info.value)
     assert "--tokenizer no-such-org/no-such-model" in msg
     assert "Hugging Face" in msg
+
+
+def test_id_typecode_is_the_narrowest_that_holds_every_id(tmp_path: Path) -> None:
+    """Kept token ids take 2 bytes each while every id is below 65,536, else 4."""
+    assert load_tokenizer(None).id_typecode() == "H"  # 32,768 ids
+    assert load_tokenizer(str(WORDLEVEL)).id_typecode() == "H"
+    cfg = json.loads(WORDLEVEL.read_text())
+    for top, typecode in ((65_535, "H"), (65_536, "I")):
+        cfg["model"]["vocab"] = {"[UNK]": 0} | {f"w{i}": i for i in range(1, top + 1)}
+        path = tmp_path / f"{top}.json"
+        path.write_text(json.dumps(cfg))
+        assert load_tokenizer(str(path)).id_typecode() == typecode

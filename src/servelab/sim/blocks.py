@@ -23,16 +23,30 @@ freed in a 64-replica fleet against 0.1 here).
 
 from __future__ import annotations
 
+import struct
+from array import array
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 
 def prompt_block_hashes(token_ids: Sequence[int], block_size: int) -> list[int]:
-    """Chained hashes of the full blocks of `token_ids` (one per full block)."""
+    """Chained hashes of the full blocks of `token_ids` (one per full block): block k's is
+    `hash((block k-1's, the tuple of its ids as Python ints))`, block 0's parent 0."""
+    if isinstance(token_ids, array):
+        # Offline requests keep their ids as arrays: `struct` makes each block's tuple
+        # straight from the buffer in C (an array's ints must be made either way: making
+        # them per block beats a list of all of them and a slice per block).
+        full = len(token_ids) // block_size * block_size
+        blocks: Iterator[tuple[int, ...]] = struct.iter_unpack(
+            f"{block_size}{token_ids.typecode}", memoryview(token_ids)[:full])
+    else:
+        # one iterator zipped with itself: its consecutive n-length groups (the idiom
+        # `zip`'s documentation gives), without a slice per block
+        blocks = zip(*[iter(token_ids)] * block_size)
     hashes: list[int] = []
     parent = 0
-    for start in range(0, len(token_ids) - block_size + 1, block_size):
-        parent = hash((parent, tuple(token_ids[start : start + block_size])))
+    for block in blocks:
+        parent = hash((parent, block))
         hashes.append(parent)
     return hashes
 

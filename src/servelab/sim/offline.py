@@ -75,10 +75,11 @@ _STEP_DONE, _REACH, _DUE, _KICK, _ADMIT, _LOOP, _TOKENIZED, _TRANSFERRED = 0, 1,
 @dataclass(frozen=True, slots=True)
 class OfflineRequest:
     """One request to simulate: its prompt token ids, how many tokens to generate, and the
-    text a routing policy sees."""
+    text a routing policy sees. `offline_requests` gives the ids as an `array.array`
+    (shared with the workload's `token_ids`, never changed); any sequence of ints will do."""
 
     index: int
-    prompt_token_ids: tuple[int, ...]
+    prompt_token_ids: Sequence[int]
     output_len: int
     route_text: str = ""
     session_key: str | None = None
@@ -865,27 +866,33 @@ def _warmups(requests: Sequence[OfflineRequest], n: int) -> list[OfflineRequest]
     out = []
     for i in range(n):
         r = requests[i % len(requests)]
-        ids = (_WARMUP_FIRST_ID + i, *r.prompt_token_ids[1:]) if r.prompt_token_ids else ()
+        ids = array("q", r.prompt_token_ids)  # 8-byte ids: the warm-up id is >= 2**40
+        if ids:
+            ids[0] = _WARMUP_FIRST_ID + i
         out.append(replace(r, prompt_token_ids=ids))
     return out
 
 
 def offline_requests(specs: Sequence[RequestSpec], tokenizer: Any,
-                     token_ids: Sequence[list[int]] | None = None) -> list[OfflineRequest]:
+                     token_ids: Sequence[Sequence[int]] | None = None) -> list[OfflineRequest]:
     """The engines' view of `specs`: token ids from `tokenizer.encode_batch`, fitted to
-    each spec's `prompt_len`; the text is what a routing policy sees. `token_ids`, when
-    given, are those encodings already made (`Workload.token_ids`), used instead."""
-    texts = [s.text for s in specs]
+    each spec's `prompt_len` (`fit_token_ids`: arrays); the text is what a routing policy
+    sees. `token_ids`, when given, are those encodings already made (`Workload.token_ids`),
+    used instead: an array of the right length is shared, not copied, so a million
+    requests' ids are held once."""
     if token_ids is not None:
         if len(token_ids) != len(specs):
             raise ValueError(f"{len(token_ids)} token id lists for {len(specs)} requests")
-        encoded: Sequence[list[int]] = token_ids
+        encoded: Sequence[Sequence[int]] = token_ids
+    elif specs:
+        typecode = tokenizer.id_typecode()
+        encoded = [array(typecode, ids)
+                   for ids in tokenizer.encode_batch([s.text for s in specs])]
     else:
-        encoded = tokenizer.encode_batch(texts) if texts else []
+        encoded = []
     return [
-        OfflineRequest(index=s.index, prompt_token_ids=fit_token_ids(ids, s.prompt_len, s.index),
-                       output_len=s.output_len, route_text=text)
-        for s, ids, text in zip(specs, encoded, texts)
+        OfflineRequest(s.index, fit_token_ids(ids, s.prompt_len, s.index), s.output_len, s.text)
+        for s, ids in zip(specs, encoded)
     ]
 
 
@@ -906,6 +913,9 @@ class PreparedWorkload:
 
 
 def prepare_workload(dataset: DatasetOptions, seed: int, arrivals: ArrivalOptions) -> PreparedWorkload:
+    """The workload `dataset` describes as the engines see it (`offline_requests`: token
+    ids as arrays, the random dataset's shared with the workload rather than copied) and
+    its intended send times in seconds, drawn as bench draws them."""
     tok = load_tokenizer(dataset.tokenizer)
     with _collector_paused():
         wl = build_workload(dataset, tok, seed)

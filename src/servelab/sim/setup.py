@@ -6,13 +6,15 @@ token ids the engines see.
 
 Prompt token ids: each prompt's text is tokenised with the workload's tokenizer and then
 fitted to the workload's own `prompt_len` (the count the bench client reports): cut, or
-padded with ids unique to the request (so padding never fakes a prefix-cache hit).
+padded with ids unique to the request (so padding never fakes a prefix-cache hit). They
+are kept as compact arrays (`array.array`), not tuples of Python ints.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import random
+from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -121,9 +123,15 @@ def _network(cal: Calibration) -> NetworkCosts:
         frontend_tokenize_us=cal.frontend_tokenize_us, frontend_handoff_us=cal.frontend_handoff_us)
 
 
-def fit_token_ids(ids: Sequence[int], prompt_len: int, index: int) -> tuple[int, ...]:
-    """`ids` cut or padded to `prompt_len`; padding ids are negative and unique to `index`."""
+def fit_token_ids(ids: Sequence[int], prompt_len: int, index: int) -> array:
+    """`ids` cut or padded to `prompt_len`, as an `array` (not a tuple of ints: a million
+    prompts' ids would take gigabytes): `ids` itself, not a copy, when it is an array of
+    that length already; padding ids are negative and unique to `index`."""
     if len(ids) >= prompt_len:
-        return tuple(ids[:prompt_len])
+        if isinstance(ids, array):
+            return ids if len(ids) == prompt_len else ids[:prompt_len]
+        return array("q", ids[:prompt_len])
     base = -(index + 1) * 1_000_000
-    return tuple(ids) + tuple(base - j for j in range(prompt_len - len(ids)))
+    out = array("q", ids)
+    out.extend(range(base, base - (prompt_len - len(ids)), -1))
+    return out

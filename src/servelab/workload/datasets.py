@@ -8,7 +8,7 @@ options, tokenizer and seed give the same requests.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -171,8 +171,9 @@ class Workload:
     the requests' own send times (s after the first; a timed trace replayed on its clock).
     `sessions`, when set, group the requests into multi-turn conversations whose later
     turns wait for earlier answers (see `servelab.workload.sessions`). `token_ids`, when
-    set, are each request's `tokenizer.encode(request.text)`, kept by datasets that had to
-    compute them (random), so that the simulator need not encode the texts again.
+    set, are each request's `tokenizer.encode(request.text)` as a compact `array` (typecode
+    `tokenizer.id_typecode()`), kept by datasets that had to compute them (random), so that
+    the simulator need not encode the texts again.
     """
 
     requests: list[RequestSpec]
@@ -182,7 +183,7 @@ class Workload:
     notes: list[str] = field(default_factory=list)
     arrival_s: tuple[float, ...] | None = None
     sessions: tuple[Session, ...] | None = None
-    token_ids: list[list[int]] | None = None
+    token_ids: list[Sequence[int]] | None = None
 
 
 @dataclass(slots=True)
@@ -191,7 +192,7 @@ class _Built:
     notes: list[str] = field(default_factory=list)
     arrival_s: tuple[float, ...] | None = None
     sessions: tuple[Session, ...] | None = None
-    token_ids: list[list[int]] | None = None
+    token_ids: list[Sequence[int]] | None = None
 
 
 def _random(opts: DatasetOptions, tok: TokenizerHandle, seed: int) -> _Built:

@@ -9,6 +9,7 @@ when encoding prefix + suffix leaves the prefix's ids untouched.
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -89,9 +90,10 @@ def _random_draws(opts: RandomShape, maker: TextMaker, rng: np.random.Generator
 
 def random_requests_and_ids(
     opts: RandomShape, tok: TokenizerHandle, rng: np.random.Generator, spliced: bool = True
-) -> tuple[list[RequestSpec], list[list[int]]]:
+) -> tuple[list[RequestSpec], list[array]]:
     """`random_requests`, and each request's prompt token ids (`tok.encode(request.text)`),
-    which fitting the texts computed anyway.
+    which fitting the texts computed anyway, as arrays of `tok.id_typecode()` (2 bytes an
+    id for the built-in tokenizer, where a list of ints takes 8 and its ints 32 more).
 
     Without a prefix, and where splicing encodings is exact for `tok`
     (`servelab.workload.splice`), the windows are fitted by `WindowFitter`; `spliced=False`
@@ -101,17 +103,19 @@ def random_requests_and_ids(
     input_lens, output_lens, offsets, prefix = _random_draws(opts, maker, rng)
     out = []
     ids = []
+    use_chat = opts.use_chat
     fits = _fitted_prompts(maker, tok, input_lens, offsets, prefix, spliced)
     for i, (fitted, o) in enumerate(zip(fits, output_lens.tolist())):
-        out.append(request_spec(i, fitted.text, len(fitted.ids), o, opts.use_chat))
+        out.append(request_spec(i, fitted.text, len(fitted.ids), o, use_chat))
         ids.append(fitted.ids)
     return out, ids
 
 
 def _fitted_prompts(maker: TextMaker, tok: TokenizerHandle, input_lens: np.ndarray,
                     offsets: np.ndarray, prefix: Fitted | None, spliced: bool) -> Iterator[Fitted]:
-    """Request i's fitted prompt, in order: its first try is the alphabet's window from
-    `offsets[i] + i`, of `input_lens[i]` tokens, after `prefix`."""
+    """Request i's fitted prompt, in order, its ids an array of `tok.id_typecode()`: its
+    first try is the alphabet's window from `offsets[i] + i`, of `input_lens[i]` tokens,
+    after `prefix`."""
     n, alphabet_len = len(input_lens), len(maker.alphabet)
     windows = WindowFitter.build(maker, tok) if spliced and prefix is None else None
     if windows is not None:
@@ -120,6 +124,7 @@ def _fitted_prompts(maker: TextMaker, tok: TokenizerHandle, input_lens: np.ndarr
         for start, m in zip(starts, input_lens.tolist()):
             yield windows.fit(start, m)
         return
+    typecode = tok.id_typecode()
     # Chunks bound the memory of the batched first tries (texts, encodings) at a million
     # requests; chunks run in order, so the generator's draws keep their order.
     for lo in range(0, n, _CHUNK):
@@ -127,7 +132,8 @@ def _fitted_prompts(maker: TextMaker, tok: TokenizerHandle, input_lens: np.ndarr
         lens = input_lens[lo:hi].tolist()
         firsts = [maker.alphabet[(int(offsets[i]) + i + np.arange(m)) % alphabet_len].tolist()
                   for i, m in zip(range(lo, hi), lens)]
-        yield from maker.fit_many(lens, prefix, firsts)
+        for fitted in maker.fit_many(lens, prefix, firsts):
+            yield Fitted(fitted.text, array(typecode, fitted.ids))
 
 
 def random_requests_one_by_one(

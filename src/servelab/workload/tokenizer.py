@@ -11,6 +11,7 @@ import gzip
 import json
 import importlib.resources
 import importlib.util
+from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -81,6 +82,13 @@ class TokenizerHandle:
         model.pop("vocab", None)
         model.pop("merges", None)
         return cfg
+
+    def id_typecode(self) -> str:
+        """The `array` typecode of the narrowest unsigned C type that holds every id of this
+        tokenizer: 'H' (2 bytes) for the built-in's 32,768 ids, 'I' (4 bytes) for Qwen's
+        151,669. Token ids kept by the hundred million (a million prompts) are stored so."""
+        top = max(self._tok.get_vocab(with_added_tokens=True).values(), default=0)
+        return next(c for c in "HIQ" if top < 1 << (8 * array(c).itemsize))
 
     def decode_each(self, ids: Sequence[int]) -> list[str]:
         """The text of each id on its own."""
