@@ -655,6 +655,62 @@ def _run(cluster: Cluster | _OneOfFleet, requests: Sequence[OfflineRequest], int
             busy[k] = False
             step_end[k] = inf
 
+    def step_window(k: int, s: float) -> None:
+        """The `_STEP_DONE` branch at `s` for replica k whose loop is idle but whose engine
+        is not `decode_ready` (an arrival held or waiting, a prefill to come): the next
+        step started as `start_step` starts it, and the loop's work on the outputs of the
+        step that ended (the outputs piece, then one chunk per request in emission order,
+        the same float sums as their heap events) done here when it ends before that next
+        step does and before anything else can happen: the heap's next event, the REACH a
+        due request would cause when a client slot is free or a completion may free one,
+        the REACH a completion would cause by sending a queued request (as in
+        `decode_stretch`). Else the branch's own way: the loop's pieces through the heap,
+        pushed before the next step's end as the branch pushes them."""
+        nonlocal seq, steps, t_last
+        eng = engines[k]
+        out, _counts, fin = pending[k]
+        adv = eng.advance() if eng.has_work() else None
+        e = s + adv[0] if adv is not None else inf
+        h = heap[0][0] if heap else inf
+        if free_slots > 0 or fin:
+            h = min(h, next_due + ingress)
+        cs = list(accumulate(repeat(chunk_cost, len(out)), initial=s + tok_cost * len(out)))
+        if fin and slot_queue:
+            h = min(h, cs[1] + ingress)
+        here = cs[-1] < e and cs[-1] < h
+        if not here:
+            loops[k].steps.append((out, [1] * len(out), fin))
+            loop_next(k, s)
+        if adv is not None:  # `start_step` with the step already advanced
+            dur, _step, e_out, e_fin = adv
+            pending[k] = (e_out, [1] * len(e_out), e_fin)
+            step_end[k] = e
+            steps += 1
+            heappush(heap, (e, seq, _STEP_DONE, k))
+            seq += 1
+        else:
+            busy[k] = False
+            step_end[k] = inf
+        if not here:
+            return
+        done_tags = {r.tag for r in fin} if fin else ()
+        for r, c in zip(out, cs[1:]):
+            tag = r.tag
+            fl = flights[tag]
+            fl.chunks += 1  # type: ignore[union-attr]
+            times = fl.times  # type: ignore[union-attr]
+            if times:
+                prev = times[-1]
+                times.append(prev + (c - prev))  # `_arrive`'s gap / 1 x 1: exact
+            else:
+                times.append(c)
+            if tag in done_tags:
+                fl.engine_done = True  # type: ignore[union-attr]
+                drain_dues(c)
+                complete(tag, c)
+        if cs[-1] > t_last:
+            t_last = cs[-1]
+
     # The shortcuts below (`fast`) do what `loop_done` and `loop_next` do for the two most
     # frequent pieces of work, a chunk sent and a step's outputs processed, without their
     # generic dispatch: the same heap pushes in the same order (so the same sequence numbers
@@ -765,9 +821,11 @@ def _run(cluster: Cluster | _OneOfFleet, requests: Sequence[OfflineRequest], int
             emitted, counts, done = pending[arg]
             if stretches and emitted:
                 lp = loops[arg]
-                if (lp.current == _IDLE and not lp.tasks and not lp.steps
-                        and engines[arg].decode_ready()):
-                    decode_stretch(arg, now)
+                if lp.current == _IDLE and not lp.tasks and not lp.steps:
+                    if engines[arg].decode_ready():
+                        decode_stretch(arg, now)
+                    else:
+                        step_window(arg, now)
                     continue
             if loops and (emitted or done):
                 # The API server's event loop takes the step's outputs in its turn; the
@@ -795,7 +853,16 @@ def _run(cluster: Cluster | _OneOfFleet, requests: Sequence[OfflineRequest], int
             # back on the event loop, behind what is queued there, for the hand-off
             fl = flights[arg]
             assert fl is not None
-            to_loop(fl.replica, (_HAND_OFF, arg), now)
+            k = fl.replica
+            if fast and loops[k].current == _IDLE and not prefill_role[k]:
+                # an idle loop hands it off at once: the request enters the engine at the
+                # piece's end, here, when nothing comes first (the ADMIT the piece's end
+                # would push is the next event then)
+                entered = now + handoff_cost
+                if entered < next_due and (not heap or entered < heap[0][0]):
+                    enter(arg, k, entered, requests[arg].output_len)
+                    continue
+            to_loop(k, (_HAND_OFF, arg), now)
         elif kind in (_REACH, _ADMIT):
             fl = flights[arg]
             assert fl is not None
@@ -804,7 +871,14 @@ def _run(cluster: Cluster | _OneOfFleet, requests: Sequence[OfflineRequest], int
                 k = cluster.route(fl.route, now, stepwise)
                 fl.replica = k
                 if loops:
-                    # The event loop takes the request in (HTTP, validation) in its turn.
+                    # The event loop takes the request in (HTTP, validation) in its turn;
+                    # an idle one at once, and the tokenizer gets it at the piece's end,
+                    # here, when nothing comes first (the piece's own event would be next)
+                    if fast and loops[k].current == _IDLE:
+                        taken_in = now + req_cost
+                        if taken_in < next_due and (not heap or taken_in < heap[0][0]):
+                            tokenize(arg, k, taken_in)
+                            continue
                     to_loop(k, (_TAKE_IN, arg), now)
                     continue
                 if cluster.frontend_s(len(req.prompt_token_ids)) > 0 or intake_free[k] > now:
