@@ -102,7 +102,8 @@ async def baseline_send(url: str, reqs: Sequence[RequestSpec], cap: int) -> list
                         "stream": True, "ignore_eos": True,
                         "stream_options": {"include_usage": True}}
                 t0 = time.perf_counter()
-                rec = RequestRecord(spec.index, spec.prompt_len, 0.0, 0.0)
+                itl: list[float] = []  # the record's itl_ms is a Sequence: append here
+                rec = RequestRecord(spec.index, spec.prompt_len, 0.0, 0.0, itl_ms=itl)
                 last = None
                 async with s.post(url + "/v1/completions", json=body) as resp:
                     async for line in resp.content:
@@ -115,7 +116,7 @@ async def baseline_send(url: str, reqs: Sequence[RequestSpec], cap: int) -> list
                             if last is None:
                                 rec.ttft_ms = (now - t0) * 1000
                             else:
-                                rec.itl_ms.append((now - last) * 1000)
+                                itl.append((now - last) * 1000)
                             last = now
                             rec.output_len += 1
                 rec.e2el_ms = ((last or t0) - t0) * 1000

@@ -196,3 +196,22 @@ def test_model_from_the_server_and_vllms_seed(token_server, servelab_cli, tmp_pa
         assert r["model_id"] == "token-server" and r["completed"] == 16
         seeds.append(r["servelab"]["seed"])
     assert seeds == [0, 0]  # vllm bench serve's default seed
+
+
+def test_a_detailed_save_needs_per_request_itls_and_is_refused_before_sending() -> None:
+    from servelab.benchmark import BenchRequest, run_bench
+    from servelab.client.backends import SamplingParams, get_backend
+    from servelab.client.target import TargetConfig
+    from servelab.metrics.summary import SummaryOptions
+    from servelab.workload.arrivals import ArrivalOptions
+    from servelab.workload.datasets import DatasetOptions
+
+    be = get_backend("vllm")
+    # port 9 (discard): nothing is ever sent, the request is refused first
+    req = BenchRequest(
+        target=TargetConfig(base_url="http://127.0.0.1:9", endpoint=be.default_endpoint, backend=be,
+                            model="m"),
+        dataset=DatasetOptions(num_prompts=1), seed=0, arrivals=ArrivalOptions(),
+        sampling=SamplingParams(), summary=SummaryOptions(per_request_itls=False), save_detailed=True)
+    with pytest.raises(ValueError, match=r"per_request_itls=True"):
+        run_bench(req)

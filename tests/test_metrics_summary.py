@@ -6,8 +6,13 @@ hand; the expected values are written as the arithmetic that gives them.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
+import random
+from array import array
 
+import numpy as np
 import pytest
 
 from servelab.errors import ServelabError
@@ -323,3 +328,117 @@ def test_trap_counts_and_notes_with_known_answers() -> None:
         for i in range(20)], 1.0, SummaryOptions())
     assert any(n.startswith("mean TPOT") and "lead with the median, 10.0 ms" in n
                for n in trap_notes(skewed))
+
+
+# --- ITLs as array('d') or list, tokens on bucket edges, per-request ITLs kept or not ---
+
+
+def as_array_itls(recs):
+    """The same records with their ITLs as array('d'), the simulator's form."""
+    return [dataclasses.replace(r, itl_ms=array("d", r.itl_ms)) for r in recs]
+
+
+def random_records(seed, n=400):
+    """Records of 0-60 gaps (a few of 500), some failed (one with gaps), one warm-up, sent
+    out of index order: enough variety for every figure."""
+    rng = random.Random(seed)
+    recs = []
+    for i in range(n):
+        n_gaps = rng.choice((0, 1, 2, 500)) if i % 97 == 0 else rng.randrange(60)
+        gaps = [rng.choice((0.0, rng.uniform(1, 40))) for _ in range(n_gaps)]
+        ttft, send = rng.uniform(5, 900), rng.uniform(0, 20)
+        rec = RequestRecord(
+            index=i, prompt_len=rng.randint(1, 900), intended_send_s=send - rng.uniform(0, 0.01),
+            send_s=send, slot_wait_ms=rng.choice((0.0, 3.5)), expected_output_len=64,
+            output_len=n_gaps + 1, ttft_ms=ttft, itl_ms=gaps, e2el_ms=ttft + sum(gaps),
+            reasoning_tokens=rng.choice((0, 0, 2)), answer_ttft_ms=ttft + 1.0,
+            chunks=rng.choice((None, n_gaps)))
+        if i % 13 == 0:
+            rec = dataclasses.replace(rec, error="boom", error_kind=rng.choice(("http_500", None)),
+                                      e2el_ms=None if i % 2 else rec.e2el_ms)
+        recs.append(rec)
+    recs.append(dataclasses.replace(recs[5], index=-1, warmup=True))
+    rng.shuffle(recs)
+    return recs
+
+
+FULL = SummaryOptions(percentile_metrics=("ttft", "tpot", "itl", "e2el"),
+                      metric_percentiles=(0.0, 33.3, 50.0, 90.0, 99.0, 100.0),
+                      goodput=GoodputSLO(ttft_ms=400.0, tpot_ms=20.0, e2el_ms=900.0))
+
+
+@pytest.mark.parametrize("recs", [records(), random_records(1), random_records(2)],
+                         ids=["hand", "random1", "random2"])
+def test_list_and_array_itls_give_identical_results(recs):
+    with_lists = summarize(recs, DURATION_S, FULL)
+    with_arrays = summarize(as_array_itls(recs), DURATION_S, FULL)
+    assert with_arrays == with_lists
+    assert json.dumps(with_arrays.to_json_dict(detailed=True)) == json.dumps(
+        with_lists.to_json_dict(detailed=True))
+
+
+def test_a_token_on_a_bucket_edge_counts_in_the_later_bucket():
+    # Every token time below is exact in binary: A's at 0.4, 0.7, 1.0 s; B's, D's and E's
+    # one token at 1.0 s; C's at 0.9 s. Bucket 0 = [0, 1) s holds A0, A1, C0 (3); bucket 1
+    # holds A2, B0, D0, E0 (4). Had the edge tokens gone to bucket 0, it would hold 7.
+    recs = [
+        ok(0, 1, 0.0, 400.0, [300.0, 300.0]),  # A
+        ok(1, 1, 0.25, 750.0, []),  # B
+        ok(2, 1, 0.0, 900.0, []),  # C
+        ok(3, 1, 0.5, 500.0, []),  # D
+        ok(4, 1, 0.0, 1000.0, []),  # E
+    ]
+    res = summarize(recs, 1.0, SummaryOptions())
+    assert res.max_output_tokens_per_s == 4.0
+    # active: A, B, D, E in buckets 0 and 1, C in bucket 0 only
+    assert res.max_concurrent_requests == 5
+
+
+def test_figures_are_numpys_on_the_pooled_values():
+    """Each latency figure is numpy's statistic of the values the definitions pool (in
+    request order), and the peaks follow their definitions request by request."""
+    recs = random_records(3, n=1500)
+    res = summarize(recs, DURATION_S, FULL)
+    done = sorted((r for r in recs if not r.warmup and r.success), key=lambda r: r.index)
+    pooled = {
+        "ttft": [r.ttft_ms for r in done],
+        "tpot": [r.tpot_ms for r in done if r.tpot_ms is not None],
+        "itl": [g for r in done for g in r.itl_ms],
+        "e2el": [r.e2el_ms for r in done],
+    }
+    later = [g for r in done for g in r.itl_ms[1:]]
+    for name, stats in [*((m, res.latency(m)) for m in pooled), ("later", res.traps.itl_excl_first)]:
+        values = np.asarray(later if name == "later" else pooled[name])
+        assert stats.mean_ms == float(np.mean(values)), name
+        assert stats.median_ms == float(np.median(values)), name
+        assert stats.std_ms == float(np.std(values)), name
+        assert [p.value_ms for p in stats.percentiles] == [
+            float(np.percentile(values, p)) for p in FULL.metric_percentiles], name
+    assert res.traps.mean_first_itl_ms == float(np.mean([r.itl_ms[0] for r in done if r.itl_ms]))
+    tokens, active = peaks_one_by_one(done)
+    assert (res.max_output_tokens_per_s, res.max_concurrent_requests) == (tokens, active)
+
+
+def peaks_one_by_one(done):
+    """The peak figures' definitions (docs/metrics.md), one request at a time."""
+    start = min(r.send_s for r in done)
+    n = int(np.ceil(max(r.send_s + r.e2el_ms / 1000.0 for r in done) - start)) + 1
+    tokens, active = np.zeros(n), np.zeros(n, dtype=int)
+    for r in done:
+        times = r.send_s + np.cumsum([r.ttft_ms, *r.itl_ms]) / 1000.0 - start
+        np.add.at(tokens, times.astype(int), 1)
+        active[int(r.send_s - start) : int(r.send_s + r.e2el_ms / 1000.0 - start) + 1] += 1
+    return float(tokens.max()), int(active.max())
+
+
+def test_per_request_itls_can_be_left_out():
+    recs = records()
+    kept = summarize(recs, DURATION_S, SummaryOptions())
+    skipped = summarize(recs, DURATION_S, SummaryOptions(per_request_itls=False))
+    assert kept.details.itls_s == ((0.02, 0.03, 0.04), (0.05,), (), (), (), ())
+    assert skipped.details.itls_s is None
+    assert skipped == kept.model_copy(
+        update={"details": kept.details.model_copy(update={"itls_s": None})})
+    assert skipped.to_json_dict() == kept.to_json_dict()  # the plain result never had them
+    with pytest.raises(ValueError, match=r"per_request_itls=True"):
+        skipped.to_json_dict(detailed=True)

@@ -57,6 +57,20 @@ def test_run_saves_the_result_file(tmp_path: Path) -> None:
     assert data["completed"] == 16 and data["servelab"]["seed"] == 3
 
 
+def test_run_keeps_each_requests_itls_only_when_saving_detailed(tmp_path: Path) -> None:
+    proc = _sim("run", *_BASE, "--save-detailed", "--save-result", "--result-dir", str(tmp_path),
+                "--result-filename", "r.json", "--json")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads((tmp_path / "r.json").read_text())
+    assert json.loads(proc.stdout)["itls"] == data["itls"]
+    # 6 output tokens: 5 gaps each, in seconds, adding up to E2EL - TTFT
+    assert [len(gaps) for gaps in data["itls"]] == [5] * 16
+    for gaps, ttft, e2el in zip(data["itls"], data["ttfts"], data["latencies"]):
+        assert sum(gaps) == pytest.approx(e2el - ttft)
+    plain = json.loads(_sim("run", *_BASE, "--json").stdout)
+    assert "itls" not in plain and "ttfts" not in plain
+
+
 @pytest.mark.parametrize(("flags", "needle"), [
     (["--gpu", "NoSuchGPU"], "NoSuchGPU"),
     (["--replicas", "0"], "--replicas"),

@@ -82,8 +82,8 @@ class BenchRequest:
     (`dataset`, `seed`), the load (`arrivals`, `max_concurrency`, `num_warmups`), what each
     request asks for (`sampling`, `ignore_eos`, `logprobs`, headers, extra body keys, LoRA
     adapters), how the summary is taken (`summary`) and labelled (`model`, `label`,
-    `metadata`), what is saved (`save`, `save_detailed`), and who sends (`processes`, or the
-    `remote` clients)."""
+    `metadata`), what is saved (`save`, `save_detailed`, which needs
+    `summary.per_request_itls`), and who sends (`processes`, or the `remote` clients)."""
 
     target: TargetConfig
     dataset: DatasetOptions
@@ -124,6 +124,9 @@ class BenchRequest:
             raise ServelabError(f"--logprobs {self.logprobs}: must be >= 0")
         if self.ready_check_timeout_s < 0:
             raise ServelabError(f"--ready-check-timeout-sec {self.ready_check_timeout_s:g}: must be >= 0")
+        if self.save_detailed and not self.summary.per_request_itls:
+            # a caller's mistake, not the user's: found before any request is sent
+            raise ValueError("save_detailed needs SummaryOptions(per_request_itls=True)")
         if self.save is not None:
             self.save.check()
 

@@ -143,7 +143,8 @@ def bench(
         target=target, dataset=dataset, seed=seed, arrivals=arrivals, sampling=sampling,
         summary=SummaryOptions(percentile_metrics=parse_percentile_metrics(percentile_metrics or "ttft,tpot,itl"),
                                metric_percentiles=parse_metric_percentiles(metric_percentiles),
-                               goodput=parse_goodput(goodput_items) if goodput_items else None),
+                               goodput=parse_goodput(goodput_items) if goodput_items else None,
+                               per_request_itls=save_detailed),  # only a detailed result holds them
         max_concurrency=max_concurrency, num_warmups=num_warmups, model=model, label=label,
         metadata=parse_metadata(metadata_items), lora_modules=tuple(lora_modules or ()),
         lora_assignment=lora_assignment, ignore_eos=ignore_eos, logprobs=logprobs,

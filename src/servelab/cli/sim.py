@@ -70,7 +70,8 @@ def run_cmd(
     summary_opts = SummaryOptions(
         percentile_metrics=parse_percentile_metrics(percentile_metrics),
         metric_percentiles=parse_metric_percentiles(metric_percentiles),
-        goodput=parse_goodput(list(goodput)) if goodput else None)
+        goodput=parse_goodput(list(goodput)) if goodput else None,
+        per_request_itls=save_detailed)  # only a detailed result holds them
     meta = parse_metadata(list(metadata or []))
     if trace is not None:
         check_writable(trace, "--trace")

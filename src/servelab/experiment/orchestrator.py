@@ -50,8 +50,10 @@ def summary_options(spec: ExperimentSpec) -> SummaryOptions:
     slo = None
     if spec.slo is not None and (spec.slo.ttft_ms or spec.slo.tpot_ms or spec.slo.e2el_ms):
         slo = GoodputSLO(ttft_ms=spec.slo.ttft_ms, tpot_ms=spec.slo.tpot_ms, e2el_ms=spec.slo.e2el_ms)
+    # per_request_itls: the store keeps each cell's detailed result
     return SummaryOptions(percentile_metrics=("ttft", "tpot", "itl", "e2el"),
-                          metric_percentiles=spec.percentiles(), goodput=slo)
+                          metric_percentiles=spec.percentiles(), goodput=slo,
+                          per_request_itls=True)
 
 
 class Orchestrator:

@@ -55,7 +55,7 @@ def evaluate_one(target: SimTarget, d: Deployment) -> Evaluation:
     p = slo.percentile
     result = summarize(run.records, run.duration_s, SummaryOptions(
         percentile_metrics=("ttft", "tpot", "itl", "e2el"), metric_percentiles=(p,),
-        goodput=slo.goodput_slo()))
+        goodput=slo.goodput_slo(), per_request_itls=False))  # no result file is written
     latency = {m: percentile_ms(result, m, p) for m in ("ttft", "tpot", "e2el")}
     saturated = saturation_reason(run.records, result, open_loop=True)
     broken = breaches(slo, SloLevel(0.0, latency, result.output_throughput,

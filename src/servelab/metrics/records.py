@@ -7,6 +7,7 @@ computes summaries.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 
@@ -17,7 +18,12 @@ class RequestRecord:
     `intended_send_s` is when the arrival schedule wanted it sent, `send_s` when it was
     sent (after waiting `slot_wait_ms` for a concurrency slot); the scheduling lag is
     `send_s - intended_send_s` minus that wait. `itl_ms` holds one gap per output token
-    after the first (`output_len - 1` values on success). A failed request carries
+    after the first (`output_len - 1` values on success), in ms, in one of two forms: a
+    `list[float]` (the HTTP client appends as chunks arrive) or an `array('d')` (the
+    simulator: 8 bytes a gap, where a list holds a 24-byte Python float per gap, which
+    matters at a million requests). Readers use only what both share (`len`, indexing,
+    slicing, iteration, `sum`); the metrics calculator reads either without making a
+    Python float per gap. A failed request carries
     `error` (a message) and `error_kind` (a short reason used to group failures, e.g.
     `http_500`, `timeout`, `connect`, `stream_broken`) and never enters latency or
     throughput figures. `expected_output_len` is the max_tokens asked for.
@@ -31,7 +37,7 @@ class RequestRecord:
     expected_output_len: int | None = None  # None: not known (records made by hand)
     output_len: int = 0
     ttft_ms: float | None = None
-    itl_ms: list[float] = field(default_factory=list)
+    itl_ms: Sequence[float] = field(default_factory=list)  # list[float] or array('d')
     e2el_ms: float | None = None
     error: str | None = None
     error_kind: str | None = None

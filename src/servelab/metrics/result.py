@@ -13,7 +13,7 @@ import math
 from collections.abc import Mapping
 from typing import Any, Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SkipValidation
 
 from servelab import __version__
 from servelab.errors import ServelabError
@@ -154,13 +154,18 @@ class RequestDetails(_Record):
     times in seconds (start times from the run's t0, where vLLM's are perf_counter
     readings; only differences between them mean anything in either). A request with no
     first token has TTFT 0.0 and latency 0.0, a successful one the error "" (vLLM's
-    defaults); `generated_texts` are "" when the client kept no text.
+    defaults); `generated_texts` are "" when the client kept no text. `itls_s` is None when
+    the summary was told not to keep them (`SummaryOptions.per_request_itls`); such a
+    result has no detailed JSON form.
     """
 
     input_lens: tuple[int, ...]
     output_lens: tuple[int, ...]
     ttfts_s: tuple[float, ...]
-    itls_s: tuple[tuple[float, ...], ...]
+    # Not validated: only the metrics calculator writes it, as tuples of Python floats, and
+    # pydantic would check every gap (200 M at a million requests: tens of seconds) and
+    # copy every tuple.
+    itls_s: SkipValidation[tuple[tuple[float, ...], ...] | None]
     latencies_s: tuple[float, ...]
     start_times_s: tuple[float, ...]
     queue_times_s: tuple[float, ...]
@@ -304,8 +309,13 @@ class BenchResult(_Record):
         """The result file's JSON object: vLLM's keys in vLLM's order, then ``servelab``.
 
         `detailed` adds vLLM's per-request lists (``--save-detailed``) and servelab's
-        per-request scheduling lag and slot wait.
+        per-request scheduling lag and slot wait; it raises ValueError on a result
+        summarised without per-request ITLs (`SummaryOptions(per_request_itls=False)`).
         """
+        if detailed and self.details.itls_s is None:
+            raise ValueError("a detailed result needs per-request ITLs, and this one was "
+                             "summarised without them: summarise with "
+                             "SummaryOptions(per_request_itls=True) to write it detailed")
         out: dict[str, Any] = {}
         if self.run is not None:
             _put_run_keys(out, self.run)
@@ -323,7 +333,7 @@ class BenchResult(_Record):
             out["input_lens"] = list(d.input_lens)
             out["output_lens"] = list(d.output_lens)
             out["ttfts"] = list(d.ttfts_s)
-            out["itls"] = [list(x) for x in d.itls_s]
+            out["itls"] = [list(x) for x in d.itls_s or ()]
         # vLLM keeps these two lists even without --save-detailed.
         out["latencies"] = list(d.latencies_s)
         if detailed:

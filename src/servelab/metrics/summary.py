@@ -8,8 +8,12 @@ by `error_kind` but enter no latency or throughput figure.
 from __future__ import annotations
 
 import math
+from array import array
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import compress
+from operator import attrgetter
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, field_validator
@@ -41,13 +45,23 @@ UNKNOWN_ERROR_KIND = "unknown"
 
 
 class SummaryOptions(BaseModel):
-    """How to summarise: which metrics get percentiles, which percentiles, which SLOs."""
+    """How to summarise: which metrics get percentiles, which percentiles, which SLOs, and
+    whether the result keeps every request's inter-token gaps.
+
+    `per_request_itls`: keep each request's gaps in `details.itls_s`, the ``itls`` list of a
+    detailed result (``--save-detailed``, the experiment store's cells). They are the one
+    detail list that grows with output length: a million requests of 200 tokens make 200 M
+    Python floats (gigabytes, and minutes to build), where every figure is computed from
+    numpy arrays without them. A caller that will not write a detailed result sets False;
+    its result's `itls_s` is None and `to_json_dict(detailed=True)` refuses it.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     percentile_metrics: tuple[MetricName | QueueMetricName, ...] = ("ttft", "tpot", "itl")
     metric_percentiles: tuple[float, ...] = (99.0,)
     goodput: GoodputSLO | None = None
+    per_request_itls: bool = True
 
     @field_validator("metric_percentiles")
     @classmethod
@@ -125,167 +139,506 @@ def summarize(
     """Summarise one run's records over its wall-clock `duration_s` (seconds, > 0).
 
     Rates are per second of `duration_s`; latencies in ms. Empty metric lists give 0,
-    as vLLM's do.
+    as vLLM's do. The records' fields are gathered once into numpy arrays (one per field,
+    and every gap end to end, in request order) and every figure is computed from them,
+    numpy getting the values, in the order, that the per-record definitions give (a
+    million records of 200 tokens: seconds, and no gap becomes a Python object unless
+    `opts.per_request_itls` keeps them for a detailed result).
     """
     if not duration_s > 0:
         raise ServelabError(f"run duration must be > 0 s, got {duration_s}")
-    measured = sorted((r for r in records if not r.warmup), key=lambda r: r.index)
-    ok = [r for r in measured if r.success]
-    for r in ok:
-        if r.e2el_ms is None:
-            raise ValueError(f"request {r.index} succeeded but has no e2el_ms")
-    failed_by_reason = Counter(r.error_kind or UNKNOWN_ERROR_KIND for r in measured if not r.success)
+    measured = _measured(records)
+    col = _Columns.gather(measured)
+    missing = np.flatnonzero(col.ok & ~col.has_e2el)
+    if missing.size:
+        raise ValueError(f"request {measured[int(missing[0])].index} succeeded but has no e2el_ms")
+    failed_by_reason = Counter(measured[i].error_kind or UNKNOWN_ERROR_KIND
+                               for i in np.flatnonzero(~col.ok).tolist())
+    ok_records = measured if col.ok.all() else list(compress(measured, col.ok.tolist()))
+    gaps = _Gaps.gather([r.itl_ms for r in ok_records])
 
-    ttfts = [_req(r.ttft_ms) for r in ok]
-    tpots = [t for t in (r.tpot_ms for r in ok) if t is not None]
-    itls = [gap for r in ok for gap in r.itl_ms]
-    e2els = [_req(r.e2el_ms) for r in ok]
-    total_in = sum(r.prompt_len for r in ok)
-    total_out = sum(r.output_len for r in ok)
+    ok = col.ok
+    ttfts, e2els, out_lens, sends = col.ttft_ms[ok], col.e2el_ms[ok], col.output_len[ok], col.send_s[ok]
+    queues = col.queue_ms[ok]
+    with_tpot = out_lens >= 2
+    # float64 elementwise: the IEEE results of each record's `tpot_ms`
+    tpots = (e2els[with_tpot] - ttfts[with_tpot]) / (out_lens[with_tpot] - 1)
+    ends_s = sends + e2els / 1000.0  # each request's last token (s)
+    total_in = int(col.prompt_len[ok].sum())
+    total_out = int(out_lens.sum())
     pct = opts.metric_percentiles
-    peak_tokens, peak_conc = _peak_buckets(ok)
-    good = _count_good(ok, opts.goodput) if opts.goodput is not None else None
+    peak_tokens, peak_conc = _peak_buckets(sends, ttfts, ends_s, gaps)
+    good = None
+    if opts.goodput is not None:
+        tpot_or_zero = np.zeros(len(ttfts))
+        tpot_or_zero[with_tpot] = tpots
+        good = _count_good(ttfts, tpot_or_zero, e2els, opts.goodput)
+    details = _details(measured, col, opts.per_request_itls)
+    itl, traps = _gap_figures(ok_records, out_lens, tpots, out_lens[with_tpot], gaps, pct)
 
     return BenchResult(
         duration_s=duration_s,
-        completed=len(ok),
-        failed=len(measured) - len(ok),
+        completed=len(ok_records),
+        failed=len(measured) - len(ok_records),
         failed_by_reason=dict(sorted(failed_by_reason.items())),
         total_input_tokens=total_in,
         total_output_tokens=total_out,
-        request_throughput=len(ok) / duration_s,
+        request_throughput=len(ok_records) / duration_s,
         request_goodput=None if good is None else good / duration_s,
         output_throughput=total_out / duration_s,
         total_token_throughput=(total_in + total_out) / duration_s,
         max_output_tokens_per_s=peak_tokens,
         max_concurrent_requests=peak_conc,
-        peak_in_flight_requests=_peak_in_flight(ok),
+        peak_in_flight_requests=_peak_in_flight(sends, ends_s),
         ttft=_latency_stats(ttfts, pct),
         tpot=_latency_stats(tpots, pct),
-        itl=_latency_stats(itls, pct),
+        itl=itl,
         e2el=_latency_stats(e2els, pct),
-        client_queue=_latency_stats([r.queue_ms for r in ok], pct),
-        e2el_incl_queue=_latency_stats([_req(r.e2el_ms) + r.queue_ms for r in ok], pct),
-        traps=_traps(ok, pct),
+        client_queue=_latency_stats(queues, pct),
+        e2el_incl_queue=_latency_stats(e2els + queues, pct),
+        traps=traps,
         percentile_metrics=opts.percentile_metrics,
         goodput_slo=opts.goodput,
-        client=_client_health(measured),
-        details=_details(measured),
+        client=_client_health(col),
+        details=details,
     )
+
+
+def _measured(records: Sequence[RequestRecord]) -> list[RequestRecord]:
+    """The records that count (warm-ups dropped), in request-index order; records with one
+    index keep their order, as a stable sort leaves them."""
+    measured = [r for r in records if not r.warmup]
+    index = np.fromiter(map(attrgetter("index"), measured), np.int64, len(measured))
+    if np.all(index[1:] >= index[:-1]):  # the usual case: already in order
+        return measured
+    return [measured[i] for i in np.argsort(index, kind="stable").tolist()]
+
+
+@dataclass(frozen=True, slots=True)
+class _Columns:
+    """The measured records' fields as arrays, in request order. An optional time is 0.0
+    where it is None (`has_e2el` says where E2EL is set); `ok` marks the successful ones
+    (no error, a first token)."""
+
+    ok: np.ndarray  # bool
+    prompt_len: np.ndarray  # int64
+    output_len: np.ndarray  # int64
+    ttft_ms: np.ndarray
+    e2el_ms: np.ndarray
+    has_e2el: np.ndarray  # bool
+    send_s: np.ndarray
+    slot_wait_ms: np.ndarray
+    queue_ms: np.ndarray  # each record's `queue_ms`
+    sched_lag_ms: np.ndarray  # each record's `sched_lag_ms`
+    intended_send_s: np.ndarray
+
+    @classmethod
+    def gather(cls, measured: list[RequestRecord]) -> _Columns:
+        n = len(measured)
+        ttft, has_ttft = _optional_column(measured, "ttft_ms", np.float64)
+        e2el, has_e2el = _optional_column(measured, "e2el_ms", np.float64)
+        no_error = np.fromiter((r.error is None for r in measured), bool, n)
+        send = _column(measured, "send_s", np.float64)
+        intended = _column(measured, "intended_send_s", np.float64)
+        slot_wait = _column(measured, "slot_wait_ms", np.float64)
+        late_ms = (send - intended) * 1000.0
+        lag_ms = late_ms - slot_wait
+        return cls(
+            ok=no_error & has_ttft,
+            prompt_len=_column(measured, "prompt_len", np.int64),
+            output_len=_column(measured, "output_len", np.int64),
+            ttft_ms=ttft, e2el_ms=e2el, has_e2el=has_e2el, send_s=send, slot_wait_ms=slot_wait,
+            # max(0.0, x) as the record's properties take it: x where x > 0, else 0.0
+            queue_ms=np.where(late_ms > 0.0, late_ms, 0.0),
+            sched_lag_ms=np.where(lag_ms > 0.0, lag_ms, 0.0),
+            intended_send_s=intended,
+        )
+
+
+def _column(records: list[RequestRecord], name: str, dtype: type) -> np.ndarray:
+    """One field of every record as an array of `dtype`."""
+    return np.fromiter(map(attrgetter(name), records), dtype, len(records))
+
+
+def _optional_column(records: list[RequestRecord], name: str,
+                     dtype: type) -> tuple[np.ndarray, np.ndarray]:
+    """(values, set) of a field that may be None: values are 0 where it is None."""
+    raw = np.fromiter(map(attrgetter(name), records), object, len(records))
+    present = np.not_equal(raw, None)
+    values = np.zeros(len(records), dtype)
+    values[present] = raw[present].astype(dtype)
+    return values, present
+
+
+@dataclass(frozen=True, slots=True)
+class _Gaps:
+    """Several records' inter-token gaps end to end (ms): record i's are
+    `values[starts[i] : starts[i] + lens[i]]`."""
+
+    values: np.ndarray  # float64
+    lens: np.ndarray  # int64
+    starts: np.ndarray  # int64
+
+    @classmethod
+    def gather(cls, per_record: list[Sequence[float]]) -> _Gaps:
+        """The gaps of each record's `itl_ms`, a list of floats or an `array('d')`."""
+        lens = np.fromiter(map(len, per_record), np.int64, len(per_record))
+        buf = array("d")
+        for gaps in per_record:
+            try:
+                # array('d'): one memcpy; a list: converted float by float in C. Either
+                # way no Python float is made.
+                buf.extend(gaps)
+            except TypeError:
+                if not isinstance(gaps, array):  # not a number: the error stands
+                    raise
+                buf.extend(map(float, gaps))  # an array of another type code: none added
+        values = np.frombuffer(buf, dtype=np.float64) if len(buf) else np.zeros(0)
+        return cls(values, lens, np.cumsum(lens) - lens)
+
+    def seconds_per_record(self) -> tuple[tuple[float, ...], ...]:
+        """Each record's gaps in seconds (g / 1000.0) as tuples of Python floats, a block of
+        records at a time (no list of every gap at once)."""
+        out: list[tuple[float, ...]] = []
+        for a in range(0, len(self.lens), _DETAIL_BLOCK):
+            lens = self.lens[a : a + _DETAIL_BLOCK]
+            lo = int(self.starts[a])
+            seconds = (self.values[lo : lo + int(lens.sum())] / 1000.0).tolist()
+            at = 0
+            for k in lens.tolist():
+                out.append(tuple(seconds[at : at + k]))
+                at += k
+        return tuple(out)
+
+
+_DETAIL_BLOCK = 4096  # records per block when building the per-request ITL tuples
+
+
+def _gap_figures(ok: list[RequestRecord], out_lens: np.ndarray, tpots: np.ndarray,
+                 tpot_lens: np.ndarray, gaps: _Gaps,
+                 pct: tuple[float, ...]) -> tuple[LatencyStats, MeasurementTraps]:
+    """(ITL stats, traps) of the successful records `ok` and their pooled `gaps`.
+
+    Overwrites `gaps.values` (with the gaps but each request's first): call it after every
+    other use of them. At 200 M gaps a second array of them is 1.6 GB.
+    """
+    firsts_at = gaps.starts[gaps.lens > 0]  # each request's first gap, where it has one
+    mean_first_itl_ms = float(np.mean(gaps.values[firsts_at])) if firsts_at.size else None
+    itl = _latency_stats(gaps.values, pct)
+    later = _drop_in_place(gaps.values, firsts_at)  # every gap but the first, in order
+    excl_first = _latency_stats(later, pct)
+    traps = _traps(
+        ok, out_lens, tpots, tpot_lens,
+        mean_first_itl_ms=mean_first_itl_ms,
+        mean_later_itl_ms=excl_first.mean_ms if later.size else None,
+        itl_excl_first=excl_first)
+    return itl, traps
+
+
+# Values per piece when `_drop_in_place` and `_std` walk a large array (1 MiB).
+_PIECE = 1 << 17
+
+
+def _drop_in_place(values: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """`np.delete(values, at)` (`at` ascending) written over the front of `values` itself,
+    piece by piece; returns that front (a view)."""
+    kept = 0
+    for lo in range(0, values.size, _PIECE):
+        piece = values[lo : lo + _PIECE]
+        here = at[np.searchsorted(at, lo) : np.searchsorted(at, lo + piece.size)] - lo
+        keep = np.ones(piece.size, dtype=bool)
+        keep[here] = False
+        rest = piece[keep]  # a copy: its place may overlap the piece
+        values[kept : kept + rest.size] = rest
+        kept += rest.size
+    return values[:kept]
 
 
 # Requests whose TPOT is one or two gaps: "short" for the TPOT-skew trap.
 SHORT_TPOT_MAX_TOKENS = 3
 
 
-def _traps(ok: list[RequestRecord], pct: tuple[float, ...]) -> MeasurementTraps:
-    reasoning = sum(r.reasoning_tokens for r in ok)
-    reasoned = [r for r in ok if r.reasoning_tokens > 0]
+def _traps(ok: list[RequestRecord], out_lens: np.ndarray, tpots: np.ndarray,
+           tpot_lens: np.ndarray, *, mean_first_itl_ms: float | None,
+           mean_later_itl_ms: float | None, itl_excl_first: LatencyStats) -> MeasurementTraps:
+    """The trap counts of the successful records `ok` (`out_lens` theirs, `tpots` those of
+    the ones with 2+ tokens, whose output lengths are `tpot_lens`)."""
+    reasoning_tokens = _column(ok, "reasoning_tokens", np.int64)
+    reasoning = int(reasoning_tokens.sum())
+    reasoned = [ok[i] for i in np.flatnonzero(reasoning_tokens > 0).tolist()]
     answer_ttfts = [r.answer_ttft_ms for r in reasoned if r.answer_ttft_ms is not None]
-    firsts = [r.itl_ms[0] for r in ok if r.itl_ms]
-    later = [g for r in ok for g in r.itl_ms[1:]]
-    tpots = [(r.output_len, t) for r in ok if (t := r.tpot_ms) is not None]
-    tpot_sum = sum(t for _, t in tpots)
-    short = [t for n, t in tpots if n <= SHORT_TPOT_MAX_TOKENS]
+    chunks, has_chunks = _optional_column(ok, "chunks", np.int64)
+    expected, has_expected = _optional_column(ok, "expected_output_len", np.int64)
+    # Python's sum adds one by one, as the share always has; numpy's pairwise sum rounds
+    # otherwise.
+    tpot_sum = sum(tpots.tolist())
+    short = tpots[tpot_lens <= SHORT_TPOT_MAX_TOKENS].tolist()
     return MeasurementTraps(
         reasoning_tokens=reasoning,
-        answer_tokens=sum(r.output_len for r in ok) - reasoning,
+        answer_tokens=int(out_lens.sum()) - reasoning,
         reasoning_requests=len(reasoned),
         mean_answer_ttft_ms=float(np.mean(answer_ttfts)) if answer_ttfts else None,
-        mean_first_itl_ms=float(np.mean(firsts)) if firsts else None,
-        mean_later_itl_ms=float(np.mean(later)) if later else None,
-        itl_excl_first=_latency_stats(later, pct),
-        tokens_beyond_one_per_chunk=sum(r.output_len - r.chunks for r in ok if r.chunks is not None),
-        short_outputs=sum(1 for r in ok if r.expected_output_len is not None
-                          and r.output_len < r.expected_output_len),
+        mean_first_itl_ms=mean_first_itl_ms,
+        mean_later_itl_ms=mean_later_itl_ms,
+        itl_excl_first=itl_excl_first,
+        tokens_beyond_one_per_chunk=int((out_lens - chunks)[has_chunks].sum()),
+        short_outputs=int(np.count_nonzero(has_expected & (out_lens < expected))),
         short_tpot_requests=len(short),
         short_tpot_share=sum(short) / tpot_sum if tpot_sum > 0 else 0.0,
     )
 
 
-def _req(value: float | None) -> float:
-    assert value is not None  # guaranteed for successful records (checked above)
-    return value
-
-
-def _latency_stats(values_ms: list[float], percentiles: tuple[float, ...]) -> LatencyStats:
+def _latency_stats(values_ms: np.ndarray, percentiles: tuple[float, ...]) -> LatencyStats:
+    """Mean, median, population std and `percentiles` of `values_ms` (float64, contiguous):
+    np.mean, np.median, np.std and np.percentile's figures, bit for bit, without the
+    copies numpy makes (at 200 M gaps, 1.6 GB and seconds each): `_std` squares the
+    deviations piece by piece, and `_order_statistics` finds the order statistics that
+    np.median and np.percentile partition a copy for."""
     # vLLM feeds numpy `values or 0`: an empty list yields 0 for every statistic.
-    arr = np.asarray(values_ms if values_ms else [0.0], dtype=np.float64)
+    arr = values_ms if values_ms.size else np.zeros(1)
+    mean_ms = float(np.mean(arr))
+    if math.isnan(arr.max()):  # numpy's NaN rules: let numpy apply them
+        std_ms = float(np.std(arr))
+        median_ms = float(np.median(arr))
+        at_pct = [float(np.percentile(arr, p)) for p in percentiles]
+    else:
+        std_ms = _std(arr)
+        n = arr.size
+        middle = [(n - 1) // 2] if n % 2 else [n // 2 - 1, n // 2]
+        where = [_percentile_at(n, p) for p in percentiles]
+        stat = _order_statistics(arr, {*middle, *(r for w in where for r in w[:2])})
+        # np.median: the mean of the one or two middle values
+        median_ms = float(np.mean([stat[r] for r in middle]))
+        at_pct = [_lerp(stat[lo], stat[hi], t) for lo, hi, t in where]
     return LatencyStats(
-        mean_ms=float(np.mean(arr)),
-        median_ms=float(np.median(arr)),
-        std_ms=float(np.std(arr)),
-        percentiles=tuple(
-            PercentileValue(percentile=p, value_ms=float(np.percentile(arr, p)))
-            for p in percentiles
-        ),
+        mean_ms=mean_ms,
+        median_ms=median_ms,
+        std_ms=std_ms,
+        percentiles=tuple(PercentileValue(percentile=p, value_ms=v)
+                          for p, v in zip(percentiles, at_pct)),
     )
 
 
-def _count_good(ok: list[RequestRecord], slo: GoodputSLO) -> int:
-    """Requests meeting every SLO given (value <= SLO). A one-token request's TPOT counts
-    as 0, as in vLLM."""
-    good = 0
-    for r in ok:
-        if slo.ttft_ms is not None and _req(r.ttft_ms) > slo.ttft_ms:
-            continue
-        if slo.tpot_ms is not None and (r.tpot_ms or 0.0) > slo.tpot_ms:
-            continue
-        if slo.e2el_ms is not None and _req(r.e2el_ms) > slo.e2el_ms:
-            continue
-        good += 1
-    return good
+def _std(values: np.ndarray) -> float:
+    """np.std(values) (population), bit for bit, without its temporary array of squared
+    deviations.
+
+    numpy sums those squares pairwise: a range longer than 128 values is split at half its
+    length rounded down to a multiple of 8, each half summed the same way, and the two
+    added. This walks the same halves down to pieces of at most _PIECE values, squares each
+    piece's deviations in one reused buffer and has numpy sum it (numpy's own sum of that
+    half), so every addition is the one np.std makes; tests compare the two.
+    """
+    n = values.size
+    mean = np.add.reduce(values) / n  # np.var's mean: the pairwise sum over the count
+    scratch = np.empty(min(n, _PIECE))
+
+    def squares(lo: int, hi: int) -> np.float64:
+        if hi - lo <= _PIECE:
+            d = scratch[: hi - lo]
+            np.subtract(values[lo:hi], mean, out=d)
+            np.multiply(d, d, out=d)
+            return np.add.reduce(d)
+        half = (hi - lo) // 2
+        half -= half % 8
+        return squares(lo, lo + half) + squares(lo + half, hi)
+
+    return float(np.sqrt(squares(0, n) / n))
 
 
-def _peak_buckets(ok: list[RequestRecord]) -> tuple[float, int]:
+def _percentile_at(n: int, p: float) -> tuple[int, int, float]:
+    """Where np.percentile (method "linear") looks for percentile `p` of `n` sorted values:
+    the ranks below and above and the weight of the one above, as numpy's `_get_indexes`
+    and `_get_gamma` compute them."""
+    virtual = (n - 1) * (p / 100)
+    if virtual >= n - 1:  # numpy takes the last value (index -1) for both
+        return n - 1, n - 1, virtual + 1.0
+    below = math.floor(virtual)
+    return below, below + 1, virtual - below
+
+
+def _lerp(a: float, b: float, t: float) -> float:
+    """numpy's `_lerp`: np.percentile's interpolation between neighbours `a` and `b`."""
+    diff = b - a
+    return b - diff * (1 - t) if t >= 0.5 else a + diff * t
+
+
+# Up to this many values, `_order_statistics` partitions a copy; above, it samples
+# _SELECT_SAMPLE to 2 x _SELECT_SAMPLE of them to bracket each rank, and reads the values in
+# pieces of _SELECT_PIECE (1 MiB: each piece stays in the caches while every bracket
+# reads it, and no temporary is the size of the values).
+_SELECT_DIRECT = _SELECT_SAMPLE = 1 << 18
+_SELECT_PIECE = 1 << 17
+
+
+def _order_statistics(values: np.ndarray, ranks: set[int]) -> dict[int, float]:
+    """`sorted(values)[r]` for each rank `r` (0-based) of `values` (no NaN), exactly,
+    without sorting or partitioning them all.
+
+    A strided sample of the values places each rank between two sample values (a
+    bracket); one pass over the values counts those below each bracket and keeps those
+    inside it, and a partition of those few gives every rank the bracket holds. A bracket
+    that misses its rank (a sample unlike the whole, many equal values) is widened and
+    read again until it holds it: the answer never depends on the sample, only the time.
+    """
+    n = values.size
+    if n <= _SELECT_DIRECT:
+        part = np.partition(values, sorted(ranks))
+        return {r: float(part[r]) for r in ranks}
+    sample = np.sort(values[:: n // _SELECT_SAMPLE])
+    m = sample.size
+    found: dict[int, float] = {}
+    reach = 4 * math.isqrt(m)  # sample places: ~8 standard deviations of a rank's place
+    while len(found) < len(ranks):
+        brackets = _brackets(sample, n, sorted(set(ranks) - set(found)), reach)
+        below = [0] * len(brackets)
+        inside: list[list[np.ndarray]] = [[] for _ in brackets]
+        for at in range(0, n, _SELECT_PIECE):
+            piece = values[at : at + _SELECT_PIECE]
+            for b, (lo, hi) in enumerate(brackets):
+                below[b] += int(np.count_nonzero(piece < lo))
+                inside[b].append(piece[(piece >= lo) & (piece <= hi)])
+        for b, pieces in enumerate(inside):
+            held = np.concatenate(pieces)
+            wanted = [r for r in ranks if below[b] <= r < below[b] + held.size and r not in found]
+            if wanted:
+                part = np.partition(held, [r - below[b] for r in wanted])
+                found.update((r, float(part[r - below[b]])) for r in wanted)
+        reach *= 4
+    return found
+
+
+def _brackets(sample: np.ndarray, n: int, ranks: list[int],
+              reach: int) -> list[tuple[float, float]]:
+    """Value intervals that likely hold `ranks` (ascending) of `n` values: `reach` sample
+    places either side of each rank's place in the sorted `sample` (unbounded past its
+    ends), overlapping intervals merged."""
+    m = sample.size
+    out: list[tuple[float, float]] = []
+    for r in ranks:
+        at = r * (m - 1) // (n - 1)
+        lo = float(sample[at - reach]) if at - reach > 0 else -math.inf
+        hi = float(sample[at + reach]) if at + reach < m - 1 else math.inf
+        if out and lo <= out[-1][1]:
+            out[-1] = (out[-1][0], max(hi, out[-1][1]))
+        else:
+            out.append((lo, hi))
+    return out
+
+
+def _count_good(ttfts: np.ndarray, tpots: np.ndarray, e2els: np.ndarray,
+                slo: GoodputSLO) -> int:
+    """Requests meeting every SLO given (value <= SLO). `tpots` is 0 for one-token
+    requests: they meet any TPOT SLO, as in vLLM."""
+    good = np.ones(len(ttfts), dtype=bool)
+    for values, limit in ((ttfts, slo.ttft_ms), (tpots, slo.tpot_ms), (e2els, slo.e2el_ms)):
+        if limit is not None:
+            good &= ~(values > limit)
+    return int(np.count_nonzero(good))
+
+
+# Values per block of the token-time matrix in `_token_counts` (2 MiB: a block stays in
+# the caches through its several passes), and the fewest requests in a block for which
+# adding row after row of a request-per-column matrix beats numpy's cumsum along rows.
+_TOKEN_BLOCK = 1 << 18
+_ROWS_FOR_COLUMNS = 256
+_TOKEN_WINDOW = 1 << 22
+
+
+def _peak_buckets(sends_s: np.ndarray, ttfts_ms: np.ndarray, ends_s: np.ndarray,
+                  gaps: _Gaps) -> tuple[float, int]:
     """vLLM's peak figures over 1-second buckets from the first successful send.
 
     Returns (most output tokens completed in one bucket, most requests active in one
     bucket). A token's time is send + TTFT + the ITLs before it; a request is active in
-    every bucket from the one holding its send to the one holding its last token.
+    every bucket from the one holding its send to the one holding its last token (`ends_s`).
     """
-    if not ok:
+    if not sends_s.size:
         return 0.0, 0
-    start = min(r.send_s for r in ok)
-    end = max(r.send_s + _req(r.e2el_ms) / 1000.0 for r in ok)
-    n_buckets = int(np.ceil(end - start)) + 1
-    tokens = np.zeros(n_buckets)
-    active = np.zeros(n_buckets, dtype=np.int64)
-    for r in ok:
-        offsets_ms = np.cumsum([_req(r.ttft_ms), *r.itl_ms])
-        buckets = (r.send_s + offsets_ms / 1000.0 - start).astype(np.int64)
-        buckets = buckets[(buckets >= 0) & (buckets < n_buckets)]
-        np.add.at(tokens, buckets, 1)
-        first = int(r.send_s - start)
-        last = int(r.send_s + _req(r.e2el_ms) / 1000.0 - start)
-        active[first : last + 1] += 1
+    start = sends_s.min()
+    n_buckets = int(np.ceil(ends_s.max() - start)) + 1
+    tokens = _token_counts(sends_s, ttfts_ms, gaps, start, n_buckets)
+    first = (sends_s - start).astype(np.int64)  # int() of each: truncation
+    stop = np.clip((ends_s - start).astype(np.int64) + 1, 0, n_buckets)
+    spans = stop > first
+    edges = (np.bincount(first[spans], minlength=n_buckets + 1)
+             - np.bincount(stop[spans], minlength=n_buckets + 1))
+    active = np.cumsum(edges[:n_buckets])
     return float(tokens.max()), int(active.max())
+
+
+def _token_counts(sends_s: np.ndarray, ttfts_ms: np.ndarray, gaps: _Gaps, start: float,
+                  n_buckets: int) -> np.ndarray:
+    """Output tokens completed in each 1-second bucket from `start` (s).
+
+    A request's token offsets are the running sum of [TTFT, gap, gap, ...] in its own
+    order: a sum running over all requests would round differently and could move a token
+    across a bucket edge. Requests with the same number of gaps make one matrix (in blocks
+    of at most _TOKEN_BLOCK values), and each request's offsets are summed one after
+    another along its row or column, the additions `np.cumsum` makes for it alone (tests
+    check both layouts).
+    """
+    counts = np.zeros(n_buckets, dtype=np.int64)
+    # by gap count within windows of neighbouring requests: a block's gaps lie close together
+    window = gaps.starts // _TOKEN_WINDOW
+    order = np.lexsort((gaps.lens, window))
+    sorted_lens, sorted_window = gaps.lens[order], window[order]
+    changes = (np.diff(sorted_lens) != 0) | (np.diff(sorted_window) != 0)
+    bounds = [0, *(np.flatnonzero(changes) + 1).tolist(), len(order)]
+    for lo, hi in zip(bounds[:-1], bounds[1:]):
+        step = max(1, _TOKEN_BLOCK // (int(sorted_lens[lo]) + 1))
+        for a in range(lo, hi, step):
+            rows = order[a : min(hi, a + step)]
+            counts += _block_token_counts(rows, sends_s, ttfts_ms, gaps, start, n_buckets)
+    return counts
+
+
+def _block_token_counts(rows: np.ndarray, sends_s: np.ndarray, ttfts_ms: np.ndarray,
+                        gaps: _Gaps, start: float, n_buckets: int) -> np.ndarray:
+    """`_token_counts` of the requests `rows` (ascending), which have one number of gaps."""
+    k, n_gaps = len(rows), int(gaps.lens[rows[0]])
+    if k >= _ROWS_FOR_COLUMNS:
+        # one column per request: each row adds the previous one, every request at once
+        times = np.empty((n_gaps + 1, k))
+        times[0] = ttfts_ms[rows]
+        np.take(gaps.values, np.arange(n_gaps)[:, None] + gaps.starts[rows], out=times[1:])
+        for j in range(1, n_gaps + 1):
+            np.add(times[j - 1], times[j], out=times[j])
+    else:  # few, long requests: one row each, numpy's cumsum along it
+        rows_first = np.empty((k, n_gaps + 1))
+        rows_first[:, 0] = ttfts_ms[rows]
+        rows_first[:, 1:] = gaps.values[gaps.starts[rows][:, None] + np.arange(n_gaps)]
+        times = np.cumsum(rows_first, axis=1).T
+    # send + offset / 1000 - start, in that order, as for each request alone
+    times /= 1000.0
+    times += sends_s[rows]
+    times -= start
+    buckets = times.astype(np.int64).ravel()  # truncation, as int() of each
+    if buckets.min() < 0 or buckets.max() >= n_buckets:
+        buckets = buckets[(buckets >= 0) & (buckets < n_buckets)]
+    return np.bincount(buckets, minlength=n_buckets)
 
 
 _SAME_INSTANT_S = 1e-6
 
 
-def _peak_in_flight(ok: list[RequestRecord]) -> int:
-    """Most successful requests in flight at one instant (send to last token). A request
-    ending at the instant another is sent does not overlap it; "the instant" allows
+def _peak_in_flight(sends_s: np.ndarray, ends_s: np.ndarray) -> int:
+    """Most successful requests in flight at one instant (send to last token, `ends_s`). A
+    request ending at the instant another is sent does not overlap it; "the instant" allows
     `_SAME_INSTANT_S`, because an end is rebuilt as send + E2EL and the simulator's sends
     into a freed slot then differ from it by float rounding."""
-    events: list[tuple[float, int]] = []
-    for r in ok:
-        events.append((r.send_s, 1))
-        events.append((r.send_s + _req(r.e2el_ms) / 1000.0 - _SAME_INSTANT_S, -1))
-    events.sort()  # at equal times -1 sorts before +1: finish before start
-    peak = level = 0
-    for _, step in events:
-        level += step
-        peak = max(peak, level)
-    return peak
+    if not sends_s.size:
+        return 0
+    times = np.concatenate((sends_s, ends_s - _SAME_INSTANT_S))
+    steps = np.concatenate((np.ones(len(sends_s), np.int64), np.full(len(ends_s), -1, np.int64)))
+    order = np.lexsort((steps, times))  # by time; at equal times -1 first: finish before start
+    return max(0, int(np.cumsum(steps[order]).max()))
 
 
-def _client_health(measured: list[RequestRecord]) -> ClientHealth:
-    lags = np.asarray([r.sched_lag_ms for r in measured] or [0.0])
-    waits = np.asarray([r.slot_wait_ms for r in measured] or [0.0])
-    gap_ms = _mean_intended_gap_ms(measured)
+def _client_health(col: _Columns) -> ClientHealth:
+    lags = col.sched_lag_ms if col.sched_lag_ms.size else np.zeros(1)
+    waits = col.slot_wait_ms if col.slot_wait_ms.size else np.zeros(1)
+    gap_ms = _mean_intended_gap_ms(col.intended_send_s)
     threshold = LAG_LIMIT_MS
     if gap_ms is not None:
         threshold = min(LAG_LIMIT_MS, max(LAG_FLOOR_MS, LAG_GAP_FRACTION * gap_ms))
@@ -299,33 +652,35 @@ def _client_health(measured: list[RequestRecord]) -> ClientHealth:
     )
 
 
-def _mean_intended_gap_ms(measured: list[RequestRecord]) -> float | None:
+def _mean_intended_gap_ms(intended_s: np.ndarray) -> float | None:
     """Mean gap between intended sends (ms); None when all were meant to go at once."""
-    if len(measured) < 2:
+    if len(intended_s) < 2:
         return None
-    times = [r.intended_send_s for r in measured]
-    span_s = max(times) - min(times)
+    span_s = float(intended_s.max()) - float(intended_s.min())
     if span_s <= 0:
         return None
-    return span_s * 1000.0 / (len(measured) - 1)
+    return span_s * 1000.0 / (len(intended_s) - 1)
 
 
-def _details(measured: list[RequestRecord]) -> RequestDetails:
+def _details(measured: list[RequestRecord], col: _Columns, itls: bool) -> RequestDetails:
+    """The per-request lists; each request's ITLs only when `itls` (else `itls_s` is None)."""
+    ok = col.ok
     return RequestDetails(
-        input_lens=tuple(r.prompt_len for r in measured),
-        output_lens=tuple(r.output_len if r.success else 0 for r in measured),
-        ttfts_s=tuple((r.ttft_ms or 0.0) / 1000.0 for r in measured),
-        itls_s=tuple(tuple(g / 1000.0 for g in r.itl_ms) for r in measured),
-        latencies_s=tuple((r.e2el_ms or 0.0) / 1000.0 if r.success else 0.0 for r in measured),
-        start_times_s=tuple(r.send_s for r in measured),
-        queue_times_s=tuple(r.queue_ms / 1000.0 for r in measured),
+        input_lens=tuple(col.prompt_len.tolist()),
+        output_lens=tuple(np.where(ok, col.output_len, 0).tolist()),
+        ttfts_s=tuple((col.ttft_ms / 1000.0).tolist()),  # 0.0 where no first token came
+        itls_s=_Gaps.gather([r.itl_ms for r in measured]).seconds_per_record() if itls else None,
+        latencies_s=tuple((np.where(ok, col.e2el_ms, 0.0) / 1000.0).tolist()),
+        start_times_s=tuple(col.send_s.tolist()),
+        queue_times_s=tuple((col.queue_ms / 1000.0).tolist()),
         generated_texts=tuple(r.generated_text or "" for r in measured),
         errors=tuple(r.error or "" for r in measured),
         error_kinds=tuple(
-            None if r.success else (r.error_kind or UNKNOWN_ERROR_KIND) for r in measured
+            None if success else (r.error_kind or UNKNOWN_ERROR_KIND)
+            for r, success in zip(measured, ok.tolist())
         ),
-        sched_lags_ms=tuple(r.sched_lag_ms for r in measured),
-        slot_waits_ms=tuple(r.slot_wait_ms for r in measured),
+        sched_lags_ms=tuple(col.sched_lag_ms.tolist()),
+        slot_waits_ms=tuple(col.slot_wait_ms.tolist()),
     )
 
 

@@ -148,7 +148,8 @@ def simulated_metrics(opts: SimOptions, target: MeasuredCell) -> dict[str, float
                                     target.num_warmups)
         records, duration_s = run.records, run.duration_s
     res = summarize(records, duration_s, SummaryOptions(
-        percentile_metrics=("ttft", "tpot", "itl"), metric_percentiles=(99.0,)))
+        percentile_metrics=("ttft", "tpot", "itl"), metric_percentiles=(99.0,),
+        per_request_itls=False))  # only the figures are fitted
     d = res.to_json_dict()
     return {k: float(d[k]) for k in FIT_METRICS if k in d}
 
