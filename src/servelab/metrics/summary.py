@@ -317,15 +317,11 @@ _DETAIL_BLOCK = 4096  # records per block when building the per-request ITL tupl
 def _gap_figures(ok: list[RequestRecord], out_lens: np.ndarray, tpots: np.ndarray,
                  tpot_lens: np.ndarray, gaps: _Gaps,
                  pct: tuple[float, ...]) -> tuple[LatencyStats, MeasurementTraps]:
-    """(ITL stats, traps) of the successful records `ok` and their pooled `gaps`.
-
-    Overwrites `gaps.values` (with the gaps but each request's first): call it after every
-    other use of them. At 200 M gaps a second array of them is 1.6 GB.
-    """
+    """(ITL stats, traps) of the successful records `ok` and their pooled `gaps`."""
     firsts_at = gaps.starts[gaps.lens > 0]  # each request's first gap, where it has one
     mean_first_itl_ms = float(np.mean(gaps.values[firsts_at])) if firsts_at.size else None
     itl = _latency_stats(gaps.values, pct)
-    later = _drop_in_place(gaps.values, firsts_at)  # every gap but the first, in order
+    later = np.delete(gaps.values, firsts_at)  # every gap but the first, in order
     excl_first = _latency_stats(later, pct)
     traps = _traps(
         ok, out_lens, tpots, tpot_lens,
@@ -333,25 +329,6 @@ def _gap_figures(ok: list[RequestRecord], out_lens: np.ndarray, tpots: np.ndarra
         mean_later_itl_ms=excl_first.mean_ms if later.size else None,
         itl_excl_first=excl_first)
     return itl, traps
-
-
-# Values per piece when `_drop_in_place` and `_std` walk a large array (1 MiB).
-_PIECE = 1 << 17
-
-
-def _drop_in_place(values: np.ndarray, at: np.ndarray) -> np.ndarray:
-    """`np.delete(values, at)` (`at` ascending) written over the front of `values` itself,
-    piece by piece; returns that front (a view)."""
-    kept = 0
-    for lo in range(0, values.size, _PIECE):
-        piece = values[lo : lo + _PIECE]
-        here = at[np.searchsorted(at, lo) : np.searchsorted(at, lo + piece.size)] - lo
-        keep = np.ones(piece.size, dtype=bool)
-        keep[here] = False
-        rest = piece[keep]  # a copy: its place may overlap the piece
-        values[kept : kept + rest.size] = rest
-        kept += rest.size
-    return values[:kept]
 
 
 # Requests whose TPOT is one or two gaps: "short" for the TPOT-skew trap.
@@ -389,141 +366,19 @@ def _traps(ok: list[RequestRecord], out_lens: np.ndarray, tpots: np.ndarray,
 
 
 def _latency_stats(values_ms: np.ndarray, percentiles: tuple[float, ...]) -> LatencyStats:
-    """Mean, median, population std and `percentiles` of `values_ms` (float64, contiguous):
-    np.mean, np.median, np.std and np.percentile's figures, bit for bit, without the
-    copies numpy makes (at 200 M gaps, 1.6 GB and seconds each): `_std` squares the
-    deviations piece by piece, and `_order_statistics` finds the order statistics that
-    np.median and np.percentile partition a copy for."""
+    """Mean, median, population std and `percentiles` of `values_ms`: numpy's figures, as
+    vLLM computes them (np.median, np.std and np.percentile each work on a temporary copy:
+    at 200 M gaps 1.6 GB while it runs)."""
     # vLLM feeds numpy `values or 0`: an empty list yields 0 for every statistic.
     arr = values_ms if values_ms.size else np.zeros(1)
-    mean_ms = float(np.mean(arr))
-    if math.isnan(arr.max()):  # numpy's NaN rules: let numpy apply them
-        std_ms = float(np.std(arr))
-        median_ms = float(np.median(arr))
-        at_pct = [float(np.percentile(arr, p)) for p in percentiles]
-    else:
-        std_ms = _std(arr)
-        n = arr.size
-        middle = [(n - 1) // 2] if n % 2 else [n // 2 - 1, n // 2]
-        where = [_percentile_at(n, p) for p in percentiles]
-        stat = _order_statistics(arr, {*middle, *(r for w in where for r in w[:2])})
-        # np.median: the mean of the one or two middle values
-        median_ms = float(np.mean([stat[r] for r in middle]))
-        at_pct = [_lerp(stat[lo], stat[hi], t) for lo, hi, t in where]
+    # all percentiles from one partition (each the value its own call gives)
+    at = np.percentile(arr, percentiles).tolist() if percentiles else []
     return LatencyStats(
-        mean_ms=mean_ms,
-        median_ms=median_ms,
-        std_ms=std_ms,
-        percentiles=tuple(PercentileValue(percentile=p, value_ms=v)
-                          for p, v in zip(percentiles, at_pct)),
+        mean_ms=float(np.mean(arr)),
+        median_ms=float(np.median(arr)),
+        std_ms=float(np.std(arr)),
+        percentiles=tuple(PercentileValue(percentile=p, value_ms=v) for p, v in zip(percentiles, at)),
     )
-
-
-def _std(values: np.ndarray) -> float:
-    """np.std(values) (population), bit for bit, without its temporary array of squared
-    deviations.
-
-    numpy sums those squares pairwise: a range longer than 128 values is split at half its
-    length rounded down to a multiple of 8, each half summed the same way, and the two
-    added. This walks the same halves down to pieces of at most _PIECE values, squares each
-    piece's deviations in one reused buffer and has numpy sum it (numpy's own sum of that
-    half), so every addition is the one np.std makes; tests compare the two.
-    """
-    n = values.size
-    mean = np.add.reduce(values) / n  # np.var's mean: the pairwise sum over the count
-    scratch = np.empty(min(n, _PIECE))
-
-    def squares(lo: int, hi: int) -> np.float64:
-        if hi - lo <= _PIECE:
-            d = scratch[: hi - lo]
-            np.subtract(values[lo:hi], mean, out=d)
-            np.multiply(d, d, out=d)
-            return np.add.reduce(d)
-        half = (hi - lo) // 2
-        half -= half % 8
-        return squares(lo, lo + half) + squares(lo + half, hi)
-
-    return float(np.sqrt(squares(0, n) / n))
-
-
-def _percentile_at(n: int, p: float) -> tuple[int, int, float]:
-    """Where np.percentile (method "linear") looks for percentile `p` of `n` sorted values:
-    the ranks below and above and the weight of the one above, as numpy's `_get_indexes`
-    and `_get_gamma` compute them."""
-    virtual = (n - 1) * (p / 100)
-    if virtual >= n - 1:  # numpy takes the last value (index -1) for both
-        return n - 1, n - 1, virtual + 1.0
-    below = math.floor(virtual)
-    return below, below + 1, virtual - below
-
-
-def _lerp(a: float, b: float, t: float) -> float:
-    """numpy's `_lerp`: np.percentile's interpolation between neighbours `a` and `b`."""
-    diff = b - a
-    return b - diff * (1 - t) if t >= 0.5 else a + diff * t
-
-
-# Up to this many values, `_order_statistics` partitions a copy; above, it samples
-# _SELECT_SAMPLE to 2 x _SELECT_SAMPLE of them to bracket each rank, and reads the values in
-# pieces of _SELECT_PIECE (1 MiB: each piece stays in the caches while every bracket
-# reads it, and no temporary is the size of the values).
-_SELECT_DIRECT = _SELECT_SAMPLE = 1 << 18
-_SELECT_PIECE = 1 << 17
-
-
-def _order_statistics(values: np.ndarray, ranks: set[int]) -> dict[int, float]:
-    """`sorted(values)[r]` for each rank `r` (0-based) of `values` (no NaN), exactly,
-    without sorting or partitioning them all.
-
-    A strided sample of the values places each rank between two sample values (a
-    bracket); one pass over the values counts those below each bracket and keeps those
-    inside it, and a partition of those few gives every rank the bracket holds. A bracket
-    that misses its rank (a sample unlike the whole, many equal values) is widened and
-    read again until it holds it: the answer never depends on the sample, only the time.
-    """
-    n = values.size
-    if n <= _SELECT_DIRECT:
-        part = np.partition(values, sorted(ranks))
-        return {r: float(part[r]) for r in ranks}
-    sample = np.sort(values[:: n // _SELECT_SAMPLE])
-    m = sample.size
-    found: dict[int, float] = {}
-    reach = 4 * math.isqrt(m)  # sample places: ~8 standard deviations of a rank's place
-    while len(found) < len(ranks):
-        brackets = _brackets(sample, n, sorted(set(ranks) - set(found)), reach)
-        below = [0] * len(brackets)
-        inside: list[list[np.ndarray]] = [[] for _ in brackets]
-        for at in range(0, n, _SELECT_PIECE):
-            piece = values[at : at + _SELECT_PIECE]
-            for b, (lo, hi) in enumerate(brackets):
-                below[b] += int(np.count_nonzero(piece < lo))
-                inside[b].append(piece[(piece >= lo) & (piece <= hi)])
-        for b, pieces in enumerate(inside):
-            held = np.concatenate(pieces)
-            wanted = [r for r in ranks if below[b] <= r < below[b] + held.size and r not in found]
-            if wanted:
-                part = np.partition(held, [r - below[b] for r in wanted])
-                found.update((r, float(part[r - below[b]])) for r in wanted)
-        reach *= 4
-    return found
-
-
-def _brackets(sample: np.ndarray, n: int, ranks: list[int],
-              reach: int) -> list[tuple[float, float]]:
-    """Value intervals that likely hold `ranks` (ascending) of `n` values: `reach` sample
-    places either side of each rank's place in the sorted `sample` (unbounded past its
-    ends), overlapping intervals merged."""
-    m = sample.size
-    out: list[tuple[float, float]] = []
-    for r in ranks:
-        at = r * (m - 1) // (n - 1)
-        lo = float(sample[at - reach]) if at - reach > 0 else -math.inf
-        hi = float(sample[at + reach]) if at + reach < m - 1 else math.inf
-        if out and lo <= out[-1][1]:
-            out[-1] = (out[-1][0], max(hi, out[-1][1]))
-        else:
-            out.append((lo, hi))
-    return out
 
 
 def _count_good(ttfts: np.ndarray, tpots: np.ndarray, e2els: np.ndarray,
@@ -537,12 +392,8 @@ def _count_good(ttfts: np.ndarray, tpots: np.ndarray, e2els: np.ndarray,
     return int(np.count_nonzero(good))
 
 
-# Values per block of the token-time matrix in `_token_counts` (2 MiB: a block stays in
-# the caches through its several passes), and the fewest requests in a block for which
-# adding row after row of a request-per-column matrix beats numpy's cumsum along rows.
+# Values per block of the token-time matrix in `_token_counts` (2 MiB).
 _TOKEN_BLOCK = 1 << 18
-_ROWS_FOR_COLUMNS = 256
-_TOKEN_WINDOW = 1 << 22
 
 
 def _peak_buckets(sends_s: np.ndarray, ttfts_ms: np.ndarray, ends_s: np.ndarray,
@@ -573,50 +424,32 @@ def _token_counts(sends_s: np.ndarray, ttfts_ms: np.ndarray, gaps: _Gaps, start:
 
     A request's token offsets are the running sum of [TTFT, gap, gap, ...] in its own
     order: a sum running over all requests would round differently and could move a token
-    across a bucket edge. Requests with the same number of gaps make one matrix (in blocks
-    of at most _TOKEN_BLOCK values), and each request's offsets are summed one after
-    another along its row or column, the additions `np.cumsum` makes for it alone (tests
-    check both layouts).
+    across a bucket edge. Requests with the same number of gaps make one matrix, a row
+    each (in blocks of at most _TOKEN_BLOCK values), and `np.cumsum` along the rows adds
+    each row in order, as it adds a request's offsets alone (a test holds the two equal).
     """
     counts = np.zeros(n_buckets, dtype=np.int64)
-    # by gap count within windows of neighbouring requests: a block's gaps lie close together
-    window = gaps.starts // _TOKEN_WINDOW
-    order = np.lexsort((gaps.lens, window))
-    sorted_lens, sorted_window = gaps.lens[order], window[order]
-    changes = (np.diff(sorted_lens) != 0) | (np.diff(sorted_window) != 0)
-    bounds = [0, *(np.flatnonzero(changes) + 1).tolist(), len(order)]
+    order = np.argsort(gaps.lens, kind="stable")
+    sorted_lens = gaps.lens[order]
+    bounds = [0, *(np.flatnonzero(np.diff(sorted_lens)) + 1).tolist(), len(order)]
     for lo, hi in zip(bounds[:-1], bounds[1:]):
-        step = max(1, _TOKEN_BLOCK // (int(sorted_lens[lo]) + 1))
+        n_gaps = int(sorted_lens[lo])
+        step = max(1, _TOKEN_BLOCK // (n_gaps + 1))
         for a in range(lo, hi, step):
             rows = order[a : min(hi, a + step)]
-            counts += _block_token_counts(rows, sends_s, ttfts_ms, gaps, start, n_buckets)
+            offsets = np.empty((len(rows), n_gaps + 1))
+            offsets[:, 0] = ttfts_ms[rows]
+            offsets[:, 1:] = gaps.values[gaps.starts[rows][:, None] + np.arange(n_gaps)]
+            times = np.cumsum(offsets, axis=1)
+            # send + offset / 1000 - start, in that order, as for each request alone
+            times /= 1000.0
+            times += sends_s[rows][:, None]
+            times -= start
+            buckets = times.astype(np.int64).ravel()  # truncation, as int() of each
+            if buckets.min() < 0 or buckets.max() >= n_buckets:
+                buckets = buckets[(buckets >= 0) & (buckets < n_buckets)]
+            counts += np.bincount(buckets, minlength=n_buckets)
     return counts
-
-
-def _block_token_counts(rows: np.ndarray, sends_s: np.ndarray, ttfts_ms: np.ndarray,
-                        gaps: _Gaps, start: float, n_buckets: int) -> np.ndarray:
-    """`_token_counts` of the requests `rows` (ascending), which have one number of gaps."""
-    k, n_gaps = len(rows), int(gaps.lens[rows[0]])
-    if k >= _ROWS_FOR_COLUMNS:
-        # one column per request: each row adds the previous one, every request at once
-        times = np.empty((n_gaps + 1, k))
-        times[0] = ttfts_ms[rows]
-        np.take(gaps.values, np.arange(n_gaps)[:, None] + gaps.starts[rows], out=times[1:])
-        for j in range(1, n_gaps + 1):
-            np.add(times[j - 1], times[j], out=times[j])
-    else:  # few, long requests: one row each, numpy's cumsum along it
-        rows_first = np.empty((k, n_gaps + 1))
-        rows_first[:, 0] = ttfts_ms[rows]
-        rows_first[:, 1:] = gaps.values[gaps.starts[rows][:, None] + np.arange(n_gaps)]
-        times = np.cumsum(rows_first, axis=1).T
-    # send + offset / 1000 - start, in that order, as for each request alone
-    times /= 1000.0
-    times += sends_s[rows]
-    times -= start
-    buckets = times.astype(np.int64).ravel()  # truncation, as int() of each
-    if buckets.min() < 0 or buckets.max() >= n_buckets:
-        buckets = buckets[(buckets >= 0) & (buckets < n_buckets)]
-    return np.bincount(buckets, minlength=n_buckets)
 
 
 _SAME_INSTANT_S = 1e-6
