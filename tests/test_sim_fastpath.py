@@ -29,8 +29,18 @@ from servelab.speculation import SpeculativeConfig
 _LINK = KvLink("test", 1.0, 100.0, "a test link")
 
 
-def _network(rng: random.Random, round_numbers: bool) -> NetworkCosts:
-    """API-server costs from none to heavy enough that the loop lags behind the engine."""
+def _network(rng: random.Random, round_numbers: bool, quiet: bool = False) -> NetworkCosts:
+    """API-server costs from none to heavy enough that the loop lags behind the engine
+    (`quiet`: light enough that the loop idles most of each step, so a request's intake
+    fits in its idle time, as in a fleet's replicas)."""
+    if quiet:
+        return NetworkCosts(request_overhead_ms=rng.uniform(0.5, 5.0), router_hop_ms=0.5,
+                            frontend_us_per_prompt_token=rng.uniform(0.0, 3.0),
+                            frontend_us_per_output_token=rng.uniform(1.0, 10.0),
+                            frontend_us_per_chunk=rng.uniform(5.0, 40.0),
+                            frontend_us_per_request=rng.uniform(50.0, 600.0),
+                            frontend_tokenize_us=rng.uniform(50.0, 900.0),
+                            frontend_handoff_us=rng.uniform(50.0, 600.0))
     if round_numbers:  # multiples of the step costs below: equal event times are likely
         return NetworkCosts(request_overhead_ms=2.0, router_hop_ms=0.0,
                             frontend_us_per_prompt_token=10.0, frontend_us_per_output_token=1000.0,
@@ -86,21 +96,23 @@ def _build(seed: int, case: str) -> tuple[Cluster, list[OfflineRequest], list[fl
     round_numbers = case == "ties"
     speculative = case == "speculative"
     replicas = 1 if case in ("one", "backlog") else rng.randint(2, 4)
+    if case == "quiet":
+        replicas = rng.choice([1, 1, 3])
     engines = [_engine(random.Random(seed * 31 + (0 if case == "ties" else j)), round_numbers,
                        speculative, seed + j) for j in range(replicas)]
-    if case in ("ties", "fleet", "split"):  # one cost model and its decode-step memo, as build_cluster
+    if case in ("ties", "fleet", "split", "quiet"):  # one cost model and its decode-step memo, as build_cluster
         engines = [engines[0]] + [SimEngine(e.config, engines[0].cost, engines[0].decode_times)
                                   for e in engines[1:]]
     # "split": policies that read nothing of the replicas, no client limit: each replica
     # is simulated alone (`offline._independent`)
-    names = ["round_robin", "random"] if case == "split" else ["round_robin", "least_requests"]
+    names = ["round_robin", "random"] if case in ("split", "quiet") else ["round_robin", "least_requests"]
     policy = None if replicas == 1 else make_policy(rng.choice(names), random.Random(seed))
     decode = None
     if case == "pd":
         decode = DecodePool([_engine(rng, False, False, seed + 100 + j) for j in range(2)],
                             make_policy("round_robin", random.Random(seed)),
                             KvTransfer(1000, 10, _LINK, 1, rng.random() < 0.5))
-    cluster = Cluster(engines, policy, _network(rng, round_numbers), decode)
+    cluster = Cluster(engines, policy, _network(rng, round_numbers, case == "quiet"), decode)
     n = rng.randint(20, 80)
     reqs = _requests(rng, n)
     if case == "ties":  # identical requests due at once on identical replicas
@@ -108,7 +120,8 @@ def _build(seed: int, case: str) -> tuple[Cluster, list[OfflineRequest], list[fl
                 for i in range(n)]
         intended = [0.0] * n
     else:
-        rate = 2000.0 if case == "backlog" else rng.choice([20.0, 200.0, 2000.0])
+        rate = (2000.0 if case == "backlog" else rng.choice([20.0, 60.0]) if case == "quiet"
+                else rng.choice([20.0, 200.0, 2000.0]))
         t, intended = 0.0, []
         for _ in range(n):
             t += rng.expovariate(rate)
@@ -119,6 +132,8 @@ def _build(seed: int, case: str) -> tuple[Cluster, list[OfflineRequest], list[fl
     conc = rng.choice([None, 4, 16])
     if case == "split":
         conc = None
+    elif case == "quiet":  # no client limit (arrivals come from the schedule), or one that binds
+        conc = rng.choice([None, None, 3])
     elif case == "backlog":  # a client limit far below the offered load: completions send
         conc = rng.choice([1, 2, 4])
     warm = rng.choice([0, 0, 3])
@@ -135,7 +150,7 @@ def _both(seed: int, case: str) -> tuple[tuple[OfflineRun, int], tuple[OfflineRu
 
 
 @pytest.mark.parametrize("case", ["one", "fleet", "ties", "speculative", "pd", "unsorted", "split",
-                                  "backlog"])
+                                  "backlog", "quiet"])
 @pytest.mark.parametrize("seed", range(8))
 def test_the_fast_path_gives_the_stepwise_records(seed: int, case: str) -> None:
     (ref, ref_pre), (got, got_pre) = _both(seed, case)

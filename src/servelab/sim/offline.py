@@ -595,7 +595,7 @@ def _run(cluster: Cluster | _OneOfFleet, requests: Sequence[OfflineRequest], int
         (a)-(c) gets the branch's own treatment at its start s_j, where nothing else is
         pending before s_j: the outputs piece and the step's end go into the heap in the
         branch's order, after every push made so far (all from instants before s_j), so
-        the heap orders them as the reference does."""
+        the heap orders them as the reference does (`step_window`)."""
         nonlocal seq, steps, t_last
         eng = engines[k]
         out, _counts, fin = pending[k]
@@ -638,38 +638,31 @@ def _run(cluster: Cluster | _OneOfFleet, requests: Sequence[OfflineRequest], int
             s, out, fin, adv = e, e_out, e_fin, None
             if not fin:
                 s, fin = decode_run(k, s, out)
-        # the `_STEP_DONE` branch at s
+        # the `_STEP_DONE` branch at s (nothing is pending before s once the requests due
+        # by then are sent)
         drain_dues(s)
-        loops[k].steps.append((out, [1] * len(out), fin))
-        loop_next(k, s)
-        if adv is not None:  # `start_step` with the step already advanced
+        if adv is not None:
             dur, e_out, e_fin = adv
-            pending[k] = (e_out, [1] * len(e_out), e_fin)
-            step_end[k] = s + dur
-            steps += 1
-            heappush(heap, (s + dur, seq, _STEP_DONE, k))
-            seq += 1
-        elif eng.has_work():
-            start_step(k, s)
+            step_window(k, s, out, fin, (dur, None, e_out, e_fin))
         else:
-            busy[k] = False
-            step_end[k] = inf
+            step_window(k, s, out, fin)
 
-    def step_window(k: int, s: float) -> None:
-        """The `_STEP_DONE` branch at `s` for replica k whose loop is idle but whose engine
-        is not `decode_ready` (an arrival held or waiting, a prefill to come): the next
-        step started as `start_step` starts it, and the loop's work on the outputs of the
-        step that ended (the outputs piece, then one chunk per request in emission order,
-        the same float sums as their heap events) done here when it ends before that next
-        step does and before anything else can happen: the heap's next event, the REACH a
-        due request would cause when a client slot is free or a completion may free one,
-        the REACH a completion would cause by sending a queued request (as in
+    def step_window(k: int, s: float, out: list, fin: list, adv: tuple | None = None) -> None:
+        """The `_STEP_DONE` branch at `s` for replica k whose loop is idle (the step that
+        ended there emitted `out`, of which `fin` finished), when no decode stretch goes
+        on from there: the next step started as `start_step` starts it (`adv`: already
+        advanced, the engine's (duration, step, emitted, finished)), and the loop's work
+        on `out` (the outputs piece, then one chunk per request in emission order, the same
+        float sums as their heap events) done here when it ends before that next step does
+        and before anything else can happen: the heap's next event, the REACH a due
+        request would cause when a client slot is free or a completion may free one, the
+        REACH a completion would cause by sending a queued request (as in
         `decode_stretch`). Else the branch's own way: the loop's pieces through the heap,
         pushed before the next step's end as the branch pushes them."""
         nonlocal seq, steps, t_last
         eng = engines[k]
-        out, _counts, fin = pending[k]
-        adv = eng.advance() if eng.has_work() else None
+        if adv is None and eng.has_work():
+            adv = eng.advance()
         e = s + adv[0] if adv is not None else inf
         h = heap[0][0] if heap else inf
         if free_slots > 0 or fin:
@@ -825,7 +818,7 @@ def _run(cluster: Cluster | _OneOfFleet, requests: Sequence[OfflineRequest], int
                     if engines[arg].decode_ready():
                         decode_stretch(arg, now)
                     else:
-                        step_window(arg, now)
+                        step_window(arg, now, emitted, done)
                     continue
             if loops and (emitted or done):
                 # The API server's event loop takes the step's outputs in its turn; the
