@@ -608,32 +608,10 @@ def _run(cluster: Cluster | _OneOfFleet, requests: Sequence[OfflineRequest], int
                 break
             dur, e_out, e_fin = adv
             e = s + dur
-            h = heap[0][0] if heap else inf
-            if free_slots > 0 or fin:  # a free slot, or one that a completion frees
-                h = min(h, next_due + ingress)
-            # the outputs piece ends at s + dt (`loop_next`); each chunk `chunk_cost` later
-            cs = list(accumulate(repeat(chunk_cost, len(out)), initial=s + tok_cost * len(out)))
-            if fin and slot_queue:
-                h = min(h, cs[1] + ingress)
+            cs, h = window(s, out, fin)
             if not (cs[-1] < e < h):
                 break
-            done_tags = {r.tag for r in fin} if fin else ()
-            for r, c in zip(out, cs[1:]):
-                tag = r.tag
-                fl = flights[tag]
-                fl.chunks += 1  # type: ignore[union-attr]
-                times = fl.times  # type: ignore[union-attr]
-                if times:
-                    prev = times[-1]
-                    times.append(prev + (c - prev))  # `_arrive`'s gap / 1 x 1: exact
-                else:
-                    times.append(c)
-                if tag in done_tags:
-                    fl.engine_done = True  # type: ignore[union-attr]
-                    drain_dues(c)
-                    complete(tag, c)
-            if cs[-1] > t_last:
-                t_last = cs[-1]
+            send_window(out, cs, fin)
             steps += 1
             s, out, fin, adv = e, e_out, e_fin, None
             if not fin:
@@ -664,12 +642,7 @@ def _run(cluster: Cluster | _OneOfFleet, requests: Sequence[OfflineRequest], int
         if adv is None and eng.has_work():
             adv = eng.advance()
         e = s + adv[0] if adv is not None else inf
-        h = heap[0][0] if heap else inf
-        if free_slots > 0 or fin:
-            h = min(h, next_due + ingress)
-        cs = list(accumulate(repeat(chunk_cost, len(out)), initial=s + tok_cost * len(out)))
-        if fin and slot_queue:
-            h = min(h, cs[1] + ingress)
+        cs, h = window(s, out, fin)
         here = cs[-1] < e and cs[-1] < h
         if not here:
             loops[k].steps.append((out, [1] * len(out), fin))
@@ -684,8 +657,27 @@ def _run(cluster: Cluster | _OneOfFleet, requests: Sequence[OfflineRequest], int
         else:
             busy[k] = False
             step_end[k] = inf
-        if not here:
-            return
+        if here:
+            send_window(out, cs, fin)
+
+    def window(s: float, out: list, fin: list) -> tuple[list[float], float]:
+        """The loop's work from `s` (idle then) on a step's outputs `out` (`fin` finished):
+        when its pieces end (the outputs piece at s + dt, as `loop_next` times it, then each
+        chunk `chunk_cost` later, added in order), and the horizon: the heap's next event,
+        the REACH a due request would cause when a client slot is free or a completion may
+        free one, the REACH the first completion would cause by sending a queued request."""
+        h = heap[0][0] if heap else inf
+        if free_slots > 0 or fin:
+            h = min(h, next_due + ingress)
+        cs = list(accumulate(repeat(chunk_cost, len(out)), initial=s + tok_cost * len(out)))
+        if fin and slot_queue:
+            h = min(h, cs[1] + ingress)
+        return cs, h
+
+    def send_window(out: list, cs: list[float], fin: list) -> None:
+        """`window`'s chunks sent: each request's token at its chunk's end, the finished
+        ones completed there (after the requests due by then)."""
+        nonlocal t_last
         done_tags = {r.tag for r in fin} if fin else ()
         for r, c in zip(out, cs[1:]):
             tag = r.tag
