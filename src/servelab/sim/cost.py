@@ -353,9 +353,9 @@ class OperatorCostModel:
         self._cpu_step_s = cal.cpu_step_ms * 1e-3
         self._cpu_seq_s = cal.cpu_per_seq_us * 1e-6
         self._ptok_s = cal.per_prefill_token_us * 1e-6
-        # decode-only steps by batch size: (kernels that do not attend, launch floor, graph
+        # decode-only steps by batch size: (kernels that do not attend, launches, graph
         # pieces, attention over the context) (`decode_step_s`)
-        self._decode_parts: dict[int, tuple[float, float, float, Callable[[int], float]]] = {}
+        self._decode_parts: dict[int, tuple[float, int, int, Callable[[int], float]]] = {}
         # one stage's activations to the next: M x hidden bf16 over the link
         link = gpu.interconnect
         self._hop_s_per_token = model.hidden * 2 / (link.unidirectional_gbs * 1e9)
@@ -385,7 +385,22 @@ class OperatorCostModel:
                               draft_tokens=shape.draft_tokens, piecewise=not uniform)
 
     def _stage_s(self, parts: StepParts) -> float:
-        return max(parts.total_s * self._scale, parts.launches * self._launch_s) + parts.pieces * self._piece_s
+        return self._stage(parts.total_s, parts.launches, parts.pieces)
+
+    def _stage(self, kernels_s: float, launches: int, pieces: int) -> float:
+        """One stage: its kernels x the GPU scale, no faster than the CPU launches them,
+        plus the piecewise graphs' host time (without async scheduling)."""
+        return max(kernels_s * self._scale, launches * self._launch_s) + pieces * self._piece_s
+
+    def _with_host(self, gpu: float, seqs: int, prefill_tokens: int) -> float:
+        """A step whose GPU path takes `gpu` s: that path plus the step's residual, against
+        the engine's CPU work (after it without async scheduling, a floor under it on the
+        V1 runner, hidden otherwise)."""
+        gpu_path = gpu + self._step_s + self._seq_s * seqs + self._ptok_s * prefill_tokens
+        cpu = self._cpu_step_s + self._cpu_seq_s * seqs
+        if not self._async:
+            return gpu_path + cpu
+        return max(gpu_path, cpu) if self._cpu_floor else gpu_path
 
     def draft_s(self, shape: StepCounts) -> float:
         """Seconds the drafter adds to a step (0 without a drafter): its first forward
@@ -415,15 +430,10 @@ class OperatorCostModel:
         got = self._decode_parts.get(seqs)
         if got is None:
             parts = self.ops.parts(seqs, 0, 0, 0, 0)  # (its attention is priced below)
-            got = (parts.linear_s, parts.launches * self._launch_s, parts.pieces * self._piece_s,
-                   self.ops.decode_attention(seqs))
+            got = (parts.linear_s, parts.launches, parts.pieces, self.ops.decode_attention(seqs))
             self._decode_parts[seqs] = got
-        linear, launch_s, piece_s, attention = got
-        gpu = max((linear + attention(context_tokens)) * self._scale, launch_s) + piece_s
-        gpu_path = gpu + self._step_s + self._seq_s * seqs
-        if not self._async:
-            return gpu_path + (self._cpu_step_s + self._cpu_seq_s * seqs)
-        return max(gpu_path, self._cpu_step_s + self._cpu_seq_s * seqs) if self._cpu_floor else gpu_path
+        linear, launches, pieces, attention = got
+        return self._with_host(self._stage(linear + attention(context_tokens), launches, pieces), seqs, 0)
 
     def step_duration_s(self, shape: StepCounts) -> float:
         """Seconds one step takes (kernels x scale per stage, micro-batches through the
@@ -446,11 +456,7 @@ class OperatorCostModel:
                 hops += self._node_hops * (self._node_hop_latency_s + tokens / k * self._node_hop_s_per_token)
             ends = self.ops.ends_s(-(-tokens // k), -(-seqs // k)) * self._scale
             gpu = self.pp * self._stage_s(micro) + ends + hops
-        gpu_path = gpu + self._step_s + self._seq_s * seqs + self._ptok_s * shape.prefill_tokens
-        cpu = self._cpu_step_s + self._cpu_seq_s * seqs
-        if not self._async:
-            return gpu_path + cpu
-        return max(gpu_path, cpu) if self._cpu_floor else gpu_path
+        return self._with_host(gpu, seqs, shape.prefill_tokens)
 
 
 @dataclass(frozen=True, slots=True)

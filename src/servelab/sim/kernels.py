@@ -149,12 +149,9 @@ class _Grid2:
     rows_a: tuple[float, ...]
     curves: tuple[_Curve, ...]
 
-    def __call__(self, a: float, b: float) -> float:
-        return self.at(a)(b)
-
     def at(self, a: float) -> Callable[[float], float]:
-        """Time over b at this a: what `self(a, b)` gives, with a's row pair and weight
-        worked out once (a decode step's batch is fixed while its context grows)."""
+        """Time over b at this a, with a's row pair and weight worked out once (a decode
+        step's batch is fixed while its context grows)."""
         ra, curves = self.rows_a, self.curves
         if a <= ra[0]:
             return curves[0]

@@ -619,17 +619,14 @@ def _run(cluster: Cluster | _OneOfFleet, requests: Sequence[OfflineRequest], int
         # the `_STEP_DONE` branch at s (nothing is pending before s once the requests due
         # by then are sent)
         drain_dues(s)
-        if adv is not None:
-            dur, e_out, e_fin = adv
-            step_window(k, s, out, fin, (dur, None, e_out, e_fin))
-        else:
-            step_window(k, s, out, fin)
+        step_window(k, s, out, fin, adv)
 
-    def step_window(k: int, s: float, out: list, fin: list, adv: tuple | None = None) -> None:
+    def step_window(k: int, s: float, out: list, fin: list,
+                    adv: tuple[float, list, list] | None = None) -> None:
         """The `_STEP_DONE` branch at `s` for replica k whose loop is idle (the step that
         ended there emitted `out`, of which `fin` finished), when no decode stretch goes
         on from there: the next step started as `start_step` starts it (`adv`: already
-        advanced, the engine's (duration, step, emitted, finished)), and the loop's work
+        advanced, the engine's (duration, emitted, finished)), and the loop's work
         on `out` (the outputs piece, then one chunk per request in emission order, the same
         float sums as their heap events) done here when it ends before that next step does
         and before anything else can happen: the heap's next event, the REACH a due
@@ -640,7 +637,8 @@ def _run(cluster: Cluster | _OneOfFleet, requests: Sequence[OfflineRequest], int
         nonlocal seq, steps, t_last
         eng = engines[k]
         if adv is None and eng.has_work():
-            adv = eng.advance()
+            dur, _step, emitted, done = eng.advance()
+            adv = (dur, emitted, done)
         e = s + adv[0] if adv is not None else inf
         cs, h = window(s, out, fin)
         here = cs[-1] < e and cs[-1] < h
@@ -648,7 +646,7 @@ def _run(cluster: Cluster | _OneOfFleet, requests: Sequence[OfflineRequest], int
             loops[k].steps.append((out, [1] * len(out), fin))
             loop_next(k, s)
         if adv is not None:  # `start_step` with the step already advanced
-            dur, _step, e_out, e_fin = adv
+            _dur, e_out, e_fin = adv
             pending[k] = (e_out, [1] * len(e_out), e_fin)
             step_end[k] = e
             steps += 1

@@ -310,15 +310,15 @@ class OperatorModel:
         k = self.kernels
         qh, kvh, hd = self.q_heads, self.attn_kv_heads, self.attn_head_dim
         full, sliding, window = self.full_layers, self.sliding_layers, self.window
-        full_fn = k.attn_decode_fn(seqs, qh, kvh, hd)
+        per_layer = k.attn_decode_fn(seqs, qh, kvh, hd)  # over the context per sequence
 
         def seconds(decode_ctx: int) -> float:
             t = 0.0
             ctx = decode_ctx / seqs
             if full:
-                t += full * full_fn(ctx)
-            if sliding:
-                t += sliding * full_fn(min(ctx, window))
+                t += full * per_layer(ctx)
+            if sliding:  # a sliding layer attends to its window at most
+                t += sliding * per_layer(min(ctx, window))
             return t
         self._decode_attn[seqs] = seconds
         return seconds
