@@ -285,14 +285,9 @@ class _Gaps:
         lens = np.fromiter(map(len, per_record), np.int64, len(per_record))
         buf = array("d")
         for gaps in per_record:
-            try:
-                # array('d'): one memcpy; a list: converted float by float in C. Either
-                # way no Python float is made.
-                buf.extend(gaps)
-            except TypeError:
-                if not isinstance(gaps, array):  # not a number: the error stands
-                    raise
-                buf.extend(map(float, gaps))  # an array of another type code: none added
+            # array('d'): one memcpy; a list: converted float by float in C. Either way no
+            # Python float is made.
+            buf.extend(gaps)
         values = np.frombuffer(buf, dtype=np.float64) if len(buf) else np.zeros(0)
         return cls(values, lens, np.cumsum(lens) - lens)
 
