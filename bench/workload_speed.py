@@ -41,21 +41,16 @@ from __future__ import annotations
 import argparse
 import gc
 import hashlib
-import io
 import json
-import os
 import resource
-import subprocess
-import sys
-import tarfile
-import tempfile
 import time
 from array import array
 from pathlib import Path
 
 import numpy as np
 
-_REPO = Path(__file__).resolve().parent.parent
+from baseline_rev import REPO, run_child, source_of
+
 _BLOCK_SIZE = 16  # vLLM's default block size, the simulator's too
 
 
@@ -144,25 +139,11 @@ def _child(num_prompts: int, seed: int) -> None:
                       "digest": digest.hexdigest()}))
 
 
-def _run_child(num_prompts: int, seed: int, src: Path | None) -> dict:
-    env = dict(os.environ)
-    if src is not None:
-        env["PYTHONPATH"] = os.pathsep.join([str(src), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    out = subprocess.run([sys.executable, __file__, "--child", "--num-prompts", str(num_prompts),
-                          "--seed", str(seed)], env=env, check=True, capture_output=True,
-                         text=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
 def _prepare(args: argparse.Namespace) -> None:
-    with tempfile.TemporaryDirectory(prefix="servelab-baseline-") as tmp:
-        archive = subprocess.run(["git", "-C", str(_REPO), "archive", args.baseline_rev, "src"],
-                                 check=True, capture_output=True).stdout
-        with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-            tar.extractall(tmp, filter="data")
-        runs = [(f"baseline {args.baseline_rev}", _run_child(args.num_prompts, args.seed,
-                                                               Path(tmp) / "src")),
-                ("this checkout", _run_child(args.num_prompts, args.seed, _REPO / "src"))]
+    child_args = ["--num-prompts", str(args.num_prompts), "--seed", str(args.seed)]
+    with source_of(args.baseline_rev) as old_src:
+        runs = [(f"baseline {args.baseline_rev}", run_child(__file__, child_args, old_src)),
+                ("this checkout", run_child(__file__, child_args, REPO / "src"))]
     base = runs[0][1]
     n = args.num_prompts
     print(f"prepare_workload, random 220/200 +-0.9, rate 280, {n:,} requests, seed {args.seed}")
