@@ -124,6 +124,8 @@ def main() -> None:
     ap.add_argument("--no-reference", action="store_true",
                     help="case 3 on the default path alone (no stepwise reference, no ratio)")
     a = ap.parse_args()
+    if a.fleet_requests < 10:
+        ap.error(f"--fleet-requests {a.fleet_requests}: give at least 10 (a tenth of them with --quick)")
     cases = {int(c) for c in a.cases.split(",")}
     scale = 10 if a.quick else 1
 
