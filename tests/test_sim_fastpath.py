@@ -192,6 +192,40 @@ def test_the_fast_path_gives_the_stepwise_records_on_the_operator_model(seed: in
     assert got.records == ref.records
 
 
+def _decoding_twin(async_scheduling: bool) -> SimEngine:
+    """An engine whose three running requests decode one token a step, with a fourth
+    request received during the step in flight."""
+    e = SimEngine(SimConfig(num_gpu_blocks=400, block_size=16, max_num_seqs=8,
+                            max_num_batched_tokens=2048, max_model_len=600,
+                            async_scheduling=async_scheduling),
+                  AffineCost(step_s=0.004, per_decode_seq_s=0.001, per_decode_context_token_s=1e-6,
+                             per_prefill_token_s=1e-5))
+    for i in range(3):
+        e.add(f"r{i}", tuple(range(i * 100, i * 100 + 40)), 20, 0.0)
+    while not e.decode_ready():
+        e.advance()
+    e.add("late", tuple(range(5000, 5050)), 10, 0.0)
+    return e
+
+
+def test_a_request_held_through_a_step_leaves_that_step_a_plain_decode() -> None:
+    # asynchronous scheduling: a request received during a step waits out the next step,
+    # which `advance_holding` takes as the running batch's one-token decode, as `advance`
+    # does; the step after admits it (a prefill of its 50 tokens) on both
+    fast, ref = _decoding_twin(True), _decoding_twin(True)
+    got = fast.advance_holding()
+    dur, step, emitted, done = ref.advance()
+    assert got is not None and step.prefill_tokens == 0
+    assert got[0] == dur and got[2] == done == []
+    assert [r.request_id for r in got[1]] == [r.request_id for r in emitted] == ["r0", "r1", "r2"]
+    assert [(r.num_computed, r.num_output) for r in fast.scheduler.running] == \
+        [(r.num_computed, r.num_output) for r in ref.scheduler.running]
+    assert fast.advance_holding() is None  # the held request joins now: not a plain decode
+    assert fast.advance()[1].prefill_tokens == ref.advance()[1].prefill_tokens == 50
+    # without asynchronous scheduling the new request is waiting at once: no shortcut
+    assert _decoding_twin(False).advance_holding() is None
+
+
 @pytest.mark.parametrize("stepwise", [True, False])
 @pytest.mark.parametrize("seed", range(6))
 def test_speculative_chunks_carry_their_own_steps_tokens(seed: int, stepwise: bool) -> None:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from servelab.disaggregation import KvTransfer
 from servelab.routing.records import (
     CountChooser,
+    NoFeedback,
     ReplicaView,
     RouteRequest,
     RoutingPolicy,
@@ -92,6 +93,13 @@ class Cluster:
         # views: building one per replica per request is most of routing's cost in a fleet.
         self._count_choose = count_chooser(policy)
         self._decode_count_choose = count_chooser(decode.policy) if decode is not None else None
+
+    @property
+    def learns(self) -> bool:
+        """True when a policy learns from finished requests (`finished`'s TTFT and mean
+        ITL); else `finished` may be given None for them."""
+        return any(p is not None and not isinstance(p, NoFeedback)
+                   for p in (self.policy, self.decode.policy if self.decode is not None else None))
 
     def is_prefill(self, index: int) -> bool:
         """True for a prefill replica of a disaggregated cluster."""

@@ -139,29 +139,44 @@ class DecodeStepTimes:
     `max_entries` shapes are kept (then the rest are priced each time), so a long run's
     memory stays bounded."""
 
-    __slots__ = ("cost", "max_entries", "_times")
+    __slots__ = ("cost", "max_entries", "_by_seqs", "_entries")
 
     def __init__(self, cost: CostModel, max_entries: int = 1 << 18) -> None:
         self.cost = cost
         self.max_entries = max_entries
-        self._times: dict[tuple[int, int], float] = {}
+        # seconds by context tokens, one table per batch size: a drive through a stretch
+        # of one batch reads one small table by an int key (`table`), not a fleet-sized one
+        # by a tuple
+        self._by_seqs: dict[int, dict[int, float]] = {}
+        self._entries = 0
+
+    def table(self, seqs: int) -> dict[int, float]:
+        """The memo of decode steps of `seqs` sequences, by context tokens: what it holds is
+        `seconds_for(seqs, context)` (a miss: ask `seconds_for`, which fills it)."""
+        got = self._by_seqs.get(seqs)
+        if got is None:
+            got = self._by_seqs[seqs] = {}
+        return got
 
     def seconds(self, step: ScheduledStep) -> float:
         """`cost.step_duration_s(step)` for a decode-only step."""
-        key = (step.decode_seqs, step.decode_context_tokens)
-        got = self._times.get(key)
-        if got is None:
-            got = self.cost.step_duration_s(step)
-            if len(self._times) < self.max_entries:
-                self._times[key] = got
-        return got
+        return self.seconds_for(step.decode_seqs, step.decode_context_tokens, step)
 
-    def seconds_for(self, seqs: int, context_tokens: int) -> float:
+    def seconds_for(self, seqs: int, context_tokens: int, step: ScheduledStep | None = None) -> float:
         """`seconds` of a decode-only step of `seqs` sequences attending to
-        `context_tokens` in all, without building its `ScheduledStep` unless it is priced."""
-        got = self._times.get((seqs, context_tokens))
+        `context_tokens` in all (`step`: that step, when the caller has it; else one is
+        built only if the shape is priced)."""
+        table = self._by_seqs.get(seqs)
+        if table is None:
+            table = self._by_seqs[seqs] = {}
+        got = table.get(context_tokens)
         if got is None:
-            got = self.seconds(ScheduledStep([], [], seqs, context_tokens, 0, 0, 0))
+            if step is None:
+                step = ScheduledStep([], [], seqs, context_tokens, 0, 0, 0)
+            got = self.cost.step_duration_s(step)
+            if self._entries < self.max_entries:
+                table[context_tokens] = got
+                self._entries += 1
         return got
 
 
@@ -302,8 +317,12 @@ class SimEngine:
         a batch within the token budget, every running request one decode token short of
         its known tokens, past its prompt, with its prompt blocks registered (`Scheduler._decode_context`'s
         conditions but the block). Until a request is added, `advance_decode` keeps it so."""
+        return not (self._inbox or self._held) and self._running_decode_ready()
+
+    def _running_decode_ready(self) -> bool:
+        """`decode_ready` but for what was received (inbox, held)."""
         sched = self.scheduler
-        if (self.spec is not None or self._inbox or self._held or sched.waiting or not sched.running
+        if (self.spec is not None or sched.waiting or not sched.running
                 or len(sched.running) > sched.limits.max_num_batched_tokens):
             return False
         for r in sched.running:
@@ -312,6 +331,21 @@ class SimEngine:
                     or r.num_registered < len(r.hashes)):
                 return False
         return True
+
+    def advance_holding(self) -> tuple[float, list[SchedRequest], list[SchedRequest]] | None:
+        """`advance()` as `advance_decode` takes it, also when requests were received during
+        the last step and nothing is held from before (asynchronous scheduling: they wait
+        out this step, which is the running batch's plain decode, `_admit_async`): the
+        same (duration_s, emitted, finished). None, with nothing changed, when the step is
+        not such a step or the pool may run short (`advance_decode`)."""
+        if (self._held or not self._running_decode_ready()
+                or self.pool.num_free_blocks < len(self.scheduler.running)):
+            return None
+        if self._inbox:
+            if not self.config.async_scheduling:
+                return None
+            self._held, self._inbox = self._inbox, []
+        return self.advance_decode()
 
     def advance_decode(self) -> tuple[float, list[SchedRequest], list[SchedRequest]] | None:
         """`advance()` when `decode_ready()`: (duration_s, emitted, finished) of the same
@@ -360,7 +394,12 @@ class SimEngine:
         # its blocks' end (a decode-ready request's blocks hold all its computed tokens)
         needs: list[tuple[int, int]] = []
         for m, r in enumerate(running):
-            needs.extend((t, m) for t in range(len(r.blocks) * bs - r.num_computed, n, bs))
+            t = len(r.blocks) * bs - r.num_computed
+            if t < n:  # (most take none or one in a run shorter than a block)
+                if t + bs < n:
+                    needs.extend((u, m) for u in range(t, n, bs))
+                else:
+                    needs.append((t, m))
         if len(needs) > pool.num_free_blocks:
             return None
         if needs:

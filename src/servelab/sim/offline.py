@@ -238,6 +238,7 @@ class _OneOfFleet:
         self.frontend_chunk_s = cluster.frontend_chunk_s
         self.frontend_request_s = cluster.frontend_request_s
         self.frontend_handoff_s = cluster.frontend_handoff_s
+        self.learns = cluster.learns
 
     def frontend_s(self, prompt_tokens: int) -> float:
         return self.fleet.frontend_s(prompt_tokens)
@@ -324,6 +325,7 @@ def _run(cluster: Cluster | _OneOfFleet, requests: Sequence[OfflineRequest], int
     # before the API server's loop gets to this one's outputs
     pending: list[tuple[list, list[int], list]] = [([], [], [])] * len(engines)
     ingress = cluster.ingress_s
+    learns = cluster.learns  # (the mean ITL a finish reports is read only then)
     intake_free = [t0] * len(engines)  # when each replica's tokenizer worker is next free
     tok_cost, chunk_cost = cluster.frontend_output_s, cluster.frontend_chunk_s
     req_cost, handoff_cost = cluster.frontend_request_s, cluster.frontend_handoff_s
@@ -393,7 +395,7 @@ def _run(cluster: Cluster | _OneOfFleet, requests: Sequence[OfflineRequest], int
         else:
             rec.error, rec.error_kind = error, "http_400"
         if fl.replica >= 0:
-            mean_itl = (sum(rec.itl_ms) / len(rec.itl_ms)) if rec.itl_ms else None
+            mean_itl = (sum(rec.itl_ms) / len(rec.itl_ms)) if learns and rec.itl_ms else None
             cluster.finished(fl.replica, fl.route, rec.ttft_ms, mean_itl, error is None, now)
         if slot_queue:
             j, due = slot_queue.popleft()
@@ -540,15 +542,18 @@ def _run(cluster: Cluster | _OneOfFleet, requests: Sequence[OfflineRequest], int
         if free_slots > 0:
             h = min(h, next_due + ingress)
         ctx = sum(r.num_computed for r in out) + b
-        seconds = eng.decode_times.seconds_for
+        times = eng.decode_times
+        known = times.table(b).get  # the memo read inline; a miss asks `seconds_for`
         dt = tok_cost * b
+        costs = [chunk_cost] * b
         rows = []  # per step: the outputs piece's end, then each request's chunk end
         e = s
         for _ in range(n):
-            e_next = e + seconds(b, ctx)
+            d = known(ctx)
+            e_next = e + (d if d is not None else times.seconds_for(b, ctx))
             if e_next >= h:
                 break
-            cs = list(accumulate(repeat(chunk_cost, b), initial=e + dt))
+            cs = list(accumulate(costs, initial=e + dt))
             if not cs[-1] < e_next:
                 break
             rows.append(cs)
@@ -637,8 +642,10 @@ def _run(cluster: Cluster | _OneOfFleet, requests: Sequence[OfflineRequest], int
         nonlocal seq, steps, t_last
         eng = engines[k]
         if adv is None and eng.has_work():
-            dur, _step, emitted, done = eng.advance()
-            adv = (dur, emitted, done)
+            adv = eng.advance_holding()
+            if adv is None:
+                dur, _step, emitted, done = eng.advance()
+                adv = (dur, emitted, done)
         e = s + adv[0] if adv is not None else inf
         cs, h = window(s, out, fin)
         here = cs[-1] < e and cs[-1] < h
