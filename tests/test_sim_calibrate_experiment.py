@@ -135,3 +135,61 @@ def test_calibration_re_simulates_each_arm_as_the_experiment_ran_it(tmp_path: Pa
         assert got == pytest.approx(t.measured, rel=1e-9), t.name
     # The two arms' traffic differs in where it goes, so their figures differ.
     assert targets["direct/rnd/c5"].measured != targets["routed/rnd/c5"].measured
+
+
+SPEC_TRUTH = default_calibration("H200").model_copy(update={"spec_step_us": 300.0, "spec_per_seq_us": 20.0})
+
+SPECULATIVE_SPEC = """\
+name: specexp
+engine: sim
+hardware: {{gpu: H200}}
+model: Qwen/Qwen3-14B
+sim: {{calibration: {cal}}}
+arms:
+  - name: nospec
+  - name: ngram-k2
+    speculative: {{method: ngram, num_speculative_tokens: 2, acceptance: [0.7, 0.5]}}
+workloads:
+  - name: rnd
+    dataset_name: random
+    random_input_len: 256
+    random_output_len: 64
+loads:
+  concurrency: [1, 48]
+  num_prompts: 96
+seed: 5
+"""
+
+
+def test_the_speculative_fit_recovers_the_speculative_time_from_the_speculative_cells(tmp_path: Path) -> None:
+    # A host whose speculative path costs 300 us a step and 20 us a sequence (the shipped
+    # H200 figures are 740.5 and 94.61): c1 and c48 separate the two terms, and the fit
+    # reads only the speculative arm's cells and moves only those two fields.
+    cal_path = tmp_path / "truth.json"
+    SPEC_TRUTH.save(cal_path)
+    spec_path = tmp_path / "specexp.yaml"
+    spec_path.write_text(SPECULATIVE_SPEC.format(cal=cal_path))
+    run_experiment(load_spec(spec_path), tmp_path / "run")
+
+    out = tmp_path / "fit.json"
+    proc = _calibrate("--experiment", str(tmp_path / "run"), "--fit", "speculative",
+                      "--out", str(out), "--max-evals", "80")
+    assert proc.returncode == 0, proc.stderr
+    fit = Calibration.load(out)
+    assert set(fit.fitted_on) == {"ngram-k2/rnd/c1", "ngram-k2/rnd/c48"}
+    assert {k.split(":")[1] for k in fit.fit_error_pct} == {
+        "total_token_throughput", "output_throughput", "mean_tpot_ms", "mean_itl_ms"}
+    assert max(abs(e) for e in fit.fit_error_pct.values()) < 2.0
+    assert fit.spec_per_seq_us == pytest.approx(SPEC_TRUTH.spec_per_seq_us, rel=0.15)
+    assert fit.spec_step_us == pytest.approx(SPEC_TRUTH.spec_step_us, rel=0.3)
+    held = default_calibration("H200")
+    assert (fit.gpu_time_scale, fit.request_overhead_ms, fit.per_seq_us) == (
+        held.gpu_time_scale, held.request_overhead_ms, held.per_seq_us)
+
+    bad = _calibrate("--experiment", str(tmp_path / "run"), "--arm", "nospec", "--fit", "speculative",
+                     "--out", str(out))
+    assert bad.returncode == 2 and "--fit speculative" in bad.stderr + bad.stdout
+    bad = _calibrate("--experiment", str(tmp_path / "run"), "--fit", "everything", "--out", str(out))
+    assert bad.returncode == 2 and "--fit everything" in bad.stderr + bad.stdout
+    assert "Traceback" not in bad.stderr
+    assert Calibration.load(out).fitted_on == fit.fitted_on  # the refused calls wrote nothing

@@ -139,6 +139,7 @@ def calibrate_cmd(
     max_evals: int = typer.Option(60, "--max-evals", help="Simulations the search may run."),
     model_for: Optional[list[str]] = typer.Option(None, "--model-for", help="RESULT=MODEL: the model (catalog name or config.json) a result file was measured on, where it is not --model (repeatable); one residual is fitted across them."),
     leave_one_model_out: bool = typer.Option(False, "--leave-one-model-out", help="With cells of several models: also fit on all but one model and report the error on the one left out, for each."),
+    fit_kind: str = typer.Option("residual", "--fit", help="What to fit: residual (the kernels' residual: GPU time scale, step, sequence, launch and request overheads, on every figure) or speculative (spec_step_us and spec_per_seq_us, the speculative path's time on this host, on the decode figures of the speculative cells; the rest held)."),
 ) -> None:
     """Fit efficiency factors and overheads to measured results; print what error is left.
 
@@ -148,11 +149,14 @@ def calibrate_cmd(
     with the workload, seed, load, warm-ups and tokenizer it recorded, on its own arm
     (model, weight format, engine args); GPU from the spec. Prints the error per cell.
     """
-    from servelab.sim.calibrate import calibrate, load_targets, parse_model_for, with_models
+    from servelab.sim.calibrate import FIT_SETS, calibrate, for_fit, load_targets, parse_model_for, with_models
     from servelab.sim.calibrate import leave_one_model_out as loo
 
     if max_evals < 1:
         raise ServelabError(f"--max-evals {max_evals}: must be >= 1")
+    if fit_kind not in FIT_SETS:
+        raise ServelabError(f"--fit {fit_kind}: use one of {', '.join(FIT_SETS)}")
+    what = FIT_SETS[fit_kind]
     check_writable(out, "--out")  # before any fit: a bad path must not cost the search
     console = make_console()
     if experiment is not None:
@@ -182,10 +186,13 @@ def calibrate_cmd(
                                            num_warmups, rebuilt), opts, parse_model_for(list(model_for or [])))
         for note in rebuilt:
             console.print(f"warning: {note}", highlight=False)
+    targets = for_fit(opts, targets, what)
     fit = calibrate(opts, targets, max_evals=max_evals,
-                    progress=lambda msg: console.print(msg, highlight=False))
+                    progress=lambda msg: console.print(msg, highlight=False), params=what.params,
+                    prior_weight=what.prior_weight)
     if leave_one_model_out:
-        held = loo(opts, targets, max_evals, progress=lambda msg: console.print(msg, highlight=False))
+        held = loo(opts, targets, max_evals, progress=lambda msg: console.print(msg, highlight=False),
+                   params=what.params, prior_weight=what.prior_weight)
         fit.calibration = fit.calibration.model_copy(update={
             "held_out_error_pct": {f"{m}/{k}": v for m, errs in held.items() for k, v in errs.items()}})
     fit.calibration.save(out)

@@ -19,7 +19,9 @@ of one output token per request and of long streams on a small model) and come w
 starting calibration. The kernel times
 themselves come from the GPU's profile and are never fitted; the residual is one set per
 GPU, fitted on cells of several models at once (each target carries its own deployment),
-and `evaluate` reports the error on cells the fit did not see.
+and `evaluate` reports the error on cells the fit did not see. `SPECULATIVE` fits the
+speculative path's step and per-sequence time instead, on speculative cells' decode
+figures (`FitSet`: what a fit moves and reads).
 The search is Nelder-Mead (`nelder_mead`, numpy only: scipy is not a dependency). Why: five
 parameters, an objective that is a whole simulation (no gradient; piecewise-smooth, since
 batch composition changes in steps), and a budget of tens of evaluations: a
@@ -54,6 +56,45 @@ PRIOR_WEIGHT = 0.002
 _PARAMS = ("gpu_time_scale", "step_overhead_ms", "per_seq_us", "launch_us",
            "request_overhead_ms")
 _SCALE_BOUNDS = (0.6, 1.6)
+
+
+@dataclass(frozen=True, slots=True)
+class FitSet:
+    """What one kind of fit moves (`params`, calibration fields) and which of a cell's
+    figures it reads (`metrics`, of `FIT_METRICS`)."""
+
+    name: str
+    params: tuple[str, ...]
+    metrics: tuple[str, ...]
+    needs_speculation: bool = False
+    prior_weight: float = PRIOR_WEIGHT  # the pull towards the starting calibration
+
+
+# The residual the kernels leave, on every figure.
+RESIDUAL = FitSet("residual", _PARAMS, tuple(FIT_METRICS))
+# The speculative path's step and per-sequence time (the host's: one machine's line held on
+# its other arms and its crossover, others' differed up to 6x per sequence:
+# docs/validation/spec-host-2026-12-05), on the decode figures' means only: TTFT carries
+# the API server's share of a closed loop's waits (issue 14), and the p99 ITL the prefills
+# that land between tokens, which these two must not absorb. No pull towards the starting
+# figures: they are one host's, and two loads (two batch sizes) separate the two terms.
+SPECULATIVE = FitSet("speculative", ("spec_step_us", "spec_per_seq_us"),
+                     ("total_token_throughput", "output_throughput", "mean_tpot_ms",
+                      "mean_itl_ms"), needs_speculation=True, prior_weight=0.0)
+FIT_SETS: dict[str, FitSet] = {f.name: f for f in (RESIDUAL, SPECULATIVE)}
+
+
+def for_fit(opts: SimOptions, targets: Sequence[MeasuredCell], fit: FitSet) -> list[MeasuredCell]:
+    """`targets` reduced to what `fit` reads: each cell's `fit.metrics`; with
+    `needs_speculation`, only the cells of speculative deployments (a target's own, else
+    `opts`; ServelabError when none is)."""
+    cells = [t for t in targets
+             if not fit.needs_speculation or (t.options or opts).speculative is not None]
+    if not cells:
+        raise ServelabError(f"--fit {fit.name}: none of the cells is of a speculative arm "
+                            "(fit it on an arm with speculative decoding, e.g. --arm ngram-k2)")
+    return [replace(t, measured={k: v for k, v in t.measured.items() if k in fit.metrics})
+            for t in cells]
 
 
 @dataclass(slots=True)
@@ -236,7 +277,8 @@ class CalibrationFit:
                      f"launch_us {c.launch_us:.1f} (V1 runner, held: {c.v1_launch_us:.1f}), "
                      f"request_overhead_ms {c.request_overhead_ms:.2f}, "
                      f"frontend_us per prompt / output token {c.frontend_us_per_prompt_token:.2f} / "
-                     f"{c.frontend_us_per_output_token:.1f}")
+                     f"{c.frontend_us_per_output_token:.1f}, spec_step_us / spec_per_seq_us "
+                     f"{c.spec_step_us:.1f} / {c.spec_per_seq_us:.2f}")
         return lines
 
 
@@ -246,16 +288,17 @@ def _pct(sim: float, meas: float) -> float:
 
 def calibrate(opts: SimOptions, targets: Sequence[MeasuredCell], max_evals: int = 60,
               progress: Callable[[str], None] | None = None,
-              params: Sequence[str] = _PARAMS) -> CalibrationFit:
+              params: Sequence[str] = _PARAMS, prior_weight: float = PRIOR_WEIGHT) -> CalibrationFit:
     """Fit `params` of `opts`' calibration (default `_PARAMS`; starting from `opts`'
-    calibration, else the GPU class defaults), the other fields held; a target with
-    `options` is simulated on its own deployment with the trial calibration."""
+    calibration, else the GPU class defaults, pulled towards it by `prior_weight`), the
+    other fields held; a target with `options` is simulated on its own deployment with
+    the trial calibration."""
     base = opts.resolved_calibration
     prior = _encode(base, params)
 
     def objective(x: np.ndarray) -> float:
         cal = _decode(x, base, params)
-        err = PRIOR_WEIGHT * float(np.sum((x - prior) ** 2))
+        err = prior_weight * float(np.sum((x - prior) ** 2))
         for t in targets:
             sim = simulated_metrics(_trial(opts, t, cal), t)
             for k, meas in t.measured.items():
@@ -297,8 +340,10 @@ def model_of(opts: SimOptions, target: MeasuredCell) -> str:
 
 
 def leave_one_model_out(opts: SimOptions, targets: Sequence[MeasuredCell], max_evals: int,
-                        progress: Callable[[str], None] | None = None) -> dict[str, dict[str, float]]:
-    """For each model among `targets`' deployments: fit the residual on the other models'
+                        progress: Callable[[str], None] | None = None,
+                        params: Sequence[str] = _PARAMS,
+                        prior_weight: float = PRIOR_WEIGHT) -> dict[str, dict[str, float]]:
+    """For each model among `targets`' deployments: fit `params` on the other models'
     cells only and report that fit's error (%) on this model's cells, per cell:metric.
     What a residual fitted per GPU promises for a model it has not seen; needs >= 2 models."""
     models = sorted({model_of(opts, t) for t in targets})
@@ -307,7 +352,7 @@ def leave_one_model_out(opts: SimOptions, targets: Sequence[MeasuredCell], max_e
     out: dict[str, dict[str, float]] = {}
     for held in models:
         rest = [t for t in targets if model_of(opts, t) != held]
-        fit = calibrate(opts, rest, max_evals=max_evals)
+        fit = calibrate(opts, rest, max_evals=max_evals, params=params, prior_weight=prior_weight)
         errs = {f"{name}:{metric}": round(_pct(sim, meas), 2)
                 for name, metric, meas, sim in evaluate(opts, [t for t in targets if model_of(opts, t) == held],
                                                          fit.calibration)}
