@@ -601,7 +601,7 @@ def _run(cluster: Cluster | _OneOfFleet, requests: Sequence[OfflineRequest], int
         pending before s_j: the outputs piece and the step's end go into the heap in the
         branch's order, after every push made so far (all from instants before s_j), so
         the heap orders them as the reference does (`step_window`)."""
-        nonlocal seq, steps, t_last
+        nonlocal steps
         eng = engines[k]
         out, _counts, fin = pending[k]
         adv = None
@@ -639,7 +639,7 @@ def _run(cluster: Cluster | _OneOfFleet, requests: Sequence[OfflineRequest], int
         REACH a completion would cause by sending a queued request (as in
         `decode_stretch`). Else the branch's own way: the loop's pieces through the heap,
         pushed before the next step's end as the branch pushes them."""
-        nonlocal seq, steps, t_last
+        nonlocal seq, steps
         eng = engines[k]
         if adv is None and eng.has_work():
             adv = eng.advance_holding()
