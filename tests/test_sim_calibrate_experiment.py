@@ -45,17 +45,25 @@ seed: 5
 """
 
 
+def _simulated(tmp_path: Path, spec: str, truth: Calibration | None = None) -> Path:
+    """Run the simulated experiment `spec` (formatted with `cal`, a file holding `truth`)
+    and return its directory."""
+    spec_path = tmp_path / "spec.yaml"
+    if truth is not None:
+        truth.save(tmp_path / "truth.json")
+        spec = spec.format(cal=tmp_path / "truth.json")
+    spec_path.write_text(spec)
+    run_experiment(load_spec(spec_path), tmp_path / "run")
+    return tmp_path / "run"
+
+
 def _calibrate(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "servelab", "sim", "calibrate", *args],
                           capture_output=True, text=True, timeout=600)
 
 
 def test_calibrating_on_an_experiments_cells_recovers_its_factors(tmp_path: Path) -> None:
-    cal_path = tmp_path / "truth.json"
-    TRUTH.save(cal_path)
-    spec_path = tmp_path / "calexp.yaml"
-    spec_path.write_text(SPEC.format(cal=cal_path))
-    run_experiment(load_spec(spec_path), tmp_path / "run")
+    _simulated(tmp_path, SPEC, TRUTH)
 
     out = tmp_path / "fit.json"
     proc = _calibrate("--experiment", str(tmp_path / "run"), "--out", str(out),
@@ -73,10 +81,7 @@ def test_calibrating_on_an_experiments_cells_recovers_its_factors(tmp_path: Path
 
 
 def test_only_the_named_arm_and_loads_are_fitted_and_bad_names_are_refused(tmp_path: Path) -> None:
-    spec_path = tmp_path / "calexp.yaml"
-    TRUTH.save(tmp_path / "truth.json")
-    spec_path.write_text(SPEC.format(cal=tmp_path / "truth.json"))
-    run_experiment(load_spec(spec_path), tmp_path / "run")
+    _simulated(tmp_path, SPEC, TRUTH)
     out = tmp_path / "fit.json"
     proc = _calibrate("--experiment", str(tmp_path / "run"), "--arm", "small", "--cells", "c8",
                       "--out", str(out), "--max-evals", "3")
@@ -123,9 +128,7 @@ def test_calibration_re_simulates_each_arm_as_the_experiment_ran_it(tmp_path: Pa
     from servelab.sim.calibrate import simulated_metrics
     from servelab.experiment.simulation import measured_cells
 
-    spec_path = tmp_path / "split.yaml"
-    spec_path.write_text(SPLIT_SPEC)
-    run_experiment(load_spec(spec_path), tmp_path / "run")
+    _simulated(tmp_path, SPLIT_SPEC)
     targets = {t.name: t for t in measured_cells(tmp_path / "run")}
     assert set(targets) == {"direct/rnd/c5", "routed/rnd/c5"}
     assert targets["direct/rnd/c5"].direct and not targets["routed/rnd/c5"].direct
@@ -165,11 +168,7 @@ def test_the_speculative_fit_recovers_the_speculative_time_from_the_speculative_
     # A host whose speculative path costs 300 us a step and 20 us a sequence (the shipped
     # H200 figures are 740.5 and 94.61): c1 and c48 separate the two terms, and the fit
     # reads only the speculative arm's cells and moves only those two fields.
-    cal_path = tmp_path / "truth.json"
-    SPEC_TRUTH.save(cal_path)
-    spec_path = tmp_path / "specexp.yaml"
-    spec_path.write_text(SPECULATIVE_SPEC.format(cal=cal_path))
-    run_experiment(load_spec(spec_path), tmp_path / "run")
+    _simulated(tmp_path, SPECULATIVE_SPEC, SPEC_TRUTH)
 
     out = tmp_path / "fit.json"
     proc = _calibrate("--experiment", str(tmp_path / "run"), "--fit", "speculative",

@@ -173,7 +173,11 @@ def summarize(
         tpot_or_zero = np.zeros(len(ttfts))
         tpot_or_zero[with_tpot] = tpots
         good = _count_good(ttfts, tpot_or_zero, e2els, opts.goodput)
-    details = _details(measured, col, opts.per_request_itls)
+    detail_gaps = None
+    if opts.per_request_itls:  # every measured record's, failed ones included
+        detail_gaps = (gaps if len(ok_records) == len(measured)
+                       else _Gaps.gather([r.itl_ms for r in measured]))
+    details = _details(measured, col, detail_gaps)
     itl, traps = _gap_figures(ok_records, out_lens, tpots, out_lens[with_tpot], gaps, pct)
 
     return BenchResult(
@@ -490,14 +494,15 @@ def _mean_intended_gap_ms(intended_s: np.ndarray) -> float | None:
     return span_s * 1000.0 / (len(intended_s) - 1)
 
 
-def _details(measured: list[RequestRecord], col: _Columns, itls: bool) -> RequestDetails:
-    """The per-request lists; each request's ITLs only when `itls` (else `itls_s` is None)."""
+def _details(measured: list[RequestRecord], col: _Columns, gaps: _Gaps | None) -> RequestDetails:
+    """The per-request lists; each request's ITLs from `gaps` (every measured record's),
+    None when not kept."""
     ok = col.ok
     return RequestDetails(
         input_lens=tuple(col.prompt_len.tolist()),
         output_lens=tuple(np.where(ok, col.output_len, 0).tolist()),
         ttfts_s=tuple((col.ttft_ms / 1000.0).tolist()),  # 0.0 where no first token came
-        itls_s=_Gaps.gather([r.itl_ms for r in measured]).seconds_per_record() if itls else None,
+        itls_s=gaps.seconds_per_record() if gaps is not None else None,
         latencies_s=tuple((np.where(ok, col.e2el_ms, 0.0) / 1000.0).tolist()),
         start_times_s=tuple(col.send_s.tolist()),
         queue_times_s=tuple((col.queue_ms / 1000.0).tolist()),

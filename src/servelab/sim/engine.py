@@ -166,9 +166,7 @@ class DecodeStepTimes:
         """`seconds` of a decode-only step of `seqs` sequences attending to
         `context_tokens` in all (`step`: that step, when the caller has it; else one is
         built only if the shape is priced)."""
-        table = self._by_seqs.get(seqs)
-        if table is None:
-            table = self._by_seqs[seqs] = {}
+        table = self.table(seqs)
         got = table.get(context_tokens)
         if got is None:
             if step is None:
@@ -338,13 +336,12 @@ class SimEngine:
         out this step, which is the running batch's plain decode, `_admit_async`): the
         same (duration_s, emitted, finished). None, with nothing changed, when the step is
         not such a step or the pool may run short (`advance_decode`)."""
+        # (the pool is checked here, as `advance_decode` would, because the inbox moves
+        # before it runs; only asynchronous scheduling fills the inbox)
         if (self._held or not self._running_decode_ready()
                 or self.pool.num_free_blocks < len(self.scheduler.running)):
             return None
-        if self._inbox:
-            if not self.config.async_scheduling:
-                return None
-            self._held, self._inbox = self._inbox, []
+        self._held, self._inbox = self._inbox, []
         return self.advance_decode()
 
     def advance_decode(self) -> tuple[float, list[SchedRequest], list[SchedRequest]] | None:

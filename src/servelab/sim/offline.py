@@ -665,6 +665,11 @@ def _run(cluster: Cluster | _OneOfFleet, requests: Sequence[OfflineRequest], int
         if here:
             send_window(out, cs, fin)
 
+    def first_at(t: float) -> bool:
+        """True when nothing pending (a heap event, the next due request) comes at or
+        before `t`: an event at t would be the next one taken."""
+        return t < next_due and (not heap or t < heap[0][0])
+
     def window(s: float, out: list, fin: list) -> tuple[list[float], float]:
         """The loop's work from `s` (idle then) on a step's outputs `out` (`fin` finished):
         when its pieces end (the outputs piece at s + dt, as `loop_next` times it, then each
@@ -849,7 +854,7 @@ def _run(cluster: Cluster | _OneOfFleet, requests: Sequence[OfflineRequest], int
                 # piece's end, here, when nothing comes first (the ADMIT the piece's end
                 # would push is the next event then)
                 entered = now + handoff_cost
-                if entered < next_due and (not heap or entered < heap[0][0]):
+                if first_at(entered):
                     enter(arg, k, entered, requests[arg].output_len)
                     continue
             to_loop(k, (_HAND_OFF, arg), now)
@@ -866,7 +871,7 @@ def _run(cluster: Cluster | _OneOfFleet, requests: Sequence[OfflineRequest], int
                     # here, when nothing comes first (the piece's own event would be next)
                     if fast and loops[k].current == _IDLE:
                         taken_in = now + req_cost
-                        if taken_in < next_due and (not heap or taken_in < heap[0][0]):
+                        if first_at(taken_in):
                             tokenize(arg, k, taken_in)
                             continue
                     to_loop(k, (_TAKE_IN, arg), now)
