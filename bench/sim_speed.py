@@ -23,19 +23,32 @@ per sequence count, and a decode step's per-batch parts: every step prices every
 again), so that ratio shows what pricing each distinct step shape once buys. Workload building
 (tokenising, drawing lengths) is outside the timings.
 
-    .venv/bin/python bench/sim_speed.py [--quick] [--cases 1,2,3] [--fleet-requests N] [--no-reference]
+The bench says which build of the simulator ran (`servelab.sim.BUILD`: compiled by mypyc
+at install, or the sources). With `--against-source` (on a compiled install) each case's
+default path also runs on the sources, in a child process with SERVELAB_PURE_PYTHON=1,
+and the bench prints the compiled build's speed-up over it and checks that both give the
+same records (a digest of every record's fields and gaps).
+
+    .venv/bin/python bench/sim_speed.py [--quick] [--cases 1,2,3] [--fleet-requests N]
+        [--no-reference] [--against-source]
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
+import os
 import random
+import subprocess
+import sys
 import time
 from array import array
 from collections.abc import Callable, Sequence
 
 import numpy as np
 
+import servelab.sim
 from servelab.plan import EngineArgs
 from servelab.sim.cluster import Cluster
 from servelab.sim.offline import OfflineRequest, OfflineRun, simulate
@@ -62,13 +75,45 @@ def _report(name: str, run: OfflineRun, wall_s: float) -> float:
     return ratio
 
 
+def _digest(run: OfflineRun) -> str:
+    """A digest of every record's fields and gaps (compares runs across processes)."""
+    h = hashlib.sha256(f"{run.duration_s!r} {run.num_steps}".encode())
+    for r in run.records:
+        h.update(f"{r.index} {r.send_s!r} {r.ttft_ms!r} {r.e2el_ms!r} {r.output_len} {r.error}".encode())
+        h.update(array("d", r.itl_ms).tobytes() if isinstance(r.itl_ms, list) else memoryview(r.itl_ms))
+    return h.hexdigest()
+
+
+def _against_source(args: list[str], fast_wall: float, fast: OfflineRun) -> None:
+    """The same case's default path on the sources, in a child process: the speed-up of
+    this (compiled) build over it, and whether both give the same records."""
+    proc = subprocess.run([sys.executable, __file__, *args, "--child"], capture_output=True,
+                          text=True, env={**os.environ, "SERVELAB_PURE_PYTHON": "1"}, check=True)
+    child = json.loads(proc.stdout.splitlines()[-1])
+    assert child["build"].startswith("pure Python"), child["build"]
+    same = child["digest"] == _digest(fast)
+    print(f"   sources ({child['build']}): {child['wall_s']:.2f} s wall; compiled build "
+          f"{child['wall_s'] / fast_wall:.2f}x faster; records identical: {'yes' if same else 'NO'}")
+    if not same:
+        raise SystemExit("the compiled build and the sources differ")
+
+
 def _case(name: str, make: Callable[[], Cluster], requests: Sequence[OfflineRequest],
-          intended: np.ndarray, conc: int | None, reference: bool = True) -> float:
+          intended: np.ndarray, conc: int | None, reference: bool = True,
+          child_args: list[str] | None = None) -> float:
     """Run one case on the default path and on the stepwise reference, check they agree;
-    the reference's wall seconds (the default path's without the reference)."""
+    the reference's wall seconds (the default path's without the reference). With
+    `child_args`, also on the sources in a child process (`_against_source`); as that
+    child (`--child`), the default path alone, printed as one JSON line."""
     fast, fast_wall = _timed(make(), requests, intended, conc)
+    if "--child" in sys.argv:
+        print(json.dumps({"wall_s": fast_wall, "digest": _digest(fast),
+                          "build": servelab.sim.BUILD.describe()}))
+        return fast_wall
     _report(name, fast, fast_wall)
     print(f"   {fast_wall / len(requests) * 1e6:.1f} us of wall time per request")
+    if child_args is not None:
+        _against_source(child_args, fast_wall, fast)
     if not reference:
         return fast_wall
     ref, ref_wall = _timed(make(), requests, intended, conc, stepwise=True)
@@ -123,36 +168,55 @@ def main() -> None:
                     help="requests in case 3 (default 20,000; the issue's target: 1,000,000)")
     ap.add_argument("--no-reference", action="store_true",
                     help="case 3 on the default path alone (no stepwise reference, no ratio)")
+    ap.add_argument("--against-source", action="store_true",
+                    help="also run each case's default path on the sources (SERVELAB_PURE_PYTHON=1) "
+                         "in a child process: the compiled build's speed-up, records compared")
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.fleet_requests < 10:
         ap.error(f"--fleet-requests {a.fleet_requests}: give at least 10 (a tenth of them with --quick)")
+    if a.against_source and not servelab.sim.BUILD.compiled:
+        ap.error(f"--against-source: the simulator here is {servelab.sim.BUILD.describe()}")
     cases = {int(c) for c in a.cases.split(",")}
     scale = 10 if a.quick else 1
+    if not a.child:
+        print(f"simulator build: {servelab.sim.BUILD.describe()}")
+
+    def child_args(case: int) -> list[str] | None:
+        """This command's arguments for the child that runs `case` on the sources."""
+        if not a.against_source:
+            return None
+        return [*(["--quick"] if a.quick else []), "--cases", str(case),
+                "--fleet-requests", str(a.fleet_requests)]
 
     if 1 in cases:
         l40s = SimOptions("Qwen/Qwen3-14B", "L40S", None, EngineArgs())
         wl = _sharegpt(2000 // scale)
-        print(f"ShareGPT workload: {len(wl.requests)} requests, "
-              f"{sum(len(r.prompt_token_ids) for r in wl.requests):,} in / "
-              f"{sum(r.output_len for r in wl.requests):,} out tokens")
+        if not a.child:
+            print(f"ShareGPT workload: {len(wl.requests)} requests, "
+                  f"{sum(len(r.prompt_token_ids) for r in wl.requests):,} in / "
+                  f"{sum(r.output_len for r in wl.requests):,} out tokens")
         ref_wall = _case("1. ShareGPT row, L40S, c10 (operator model)",
-                         lambda: build_cluster(l40s, random.Random(0)), wl.requests, wl.intended_s, 10)
-        slow_cluster = build_cluster(l40s, random.Random(0))
-        for e in slow_cluster.engines:
-            ops = e.cost.ops  # type: ignore[attr-defined]
-            ops._per_tokens, ops._per_seqs, ops._decode_attn = _NoCache(), _NoCache(), _NoCache()
-            e.cost._decode_parts = _NoCache()  # type: ignore[attr-defined]
-        slow, slow_wall = _timed(slow_cluster, wl.requests, wl.intended_s, 10, stepwise=True)
-        _report("   baseline: every kernel priced on every step", slow, slow_wall)
-        print(f"   per-shape cache speed-up over the baseline (both stepwise): "
-              f"{slow_wall / ref_wall:.2f}x")
+                         lambda: build_cluster(l40s, random.Random(0)), wl.requests, wl.intended_s, 10,
+                         child_args=child_args(1))
+        if not a.child:
+            slow_cluster = build_cluster(l40s, random.Random(0))
+            for e in slow_cluster.engines:
+                ops = e.cost.ops  # type: ignore[attr-defined]
+                ops._per_tokens, ops._per_seqs, ops._decode_attn = _NoCache(), _NoCache(), _NoCache()
+                e.cost._decode_parts = _NoCache()  # type: ignore[attr-defined]
+            slow, slow_wall = _timed(slow_cluster, wl.requests, wl.intended_s, 10, stepwise=True)
+            _report("   baseline: every kernel priced on every step", slow, slow_wall)
+            print(f"   per-shape cache speed-up over the baseline (both stepwise): "
+                  f"{slow_wall / ref_wall:.2f}x")
 
     if 2 in cases:
         h200 = SimOptions("Qwen/Qwen3-14B", "H200", None, EngineArgs(), replicas=8)
         n = 20000 // scale
         reqs = _random_requests(n, np.random.default_rng(0))
         _case(f"2. {n:,} requests, c256, 8 x H200, round robin",
-              lambda: build_cluster(h200, random.Random(0)), reqs, np.zeros(n), 256)
+              lambda: build_cluster(h200, random.Random(0)), reqs, np.zeros(n), 256,
+              child_args=child_args(2))
 
     if 3 in cases:
         fleet = SimOptions("Qwen/Qwen3-14B", "H200", None, EngineArgs(), replicas=64,
@@ -161,7 +225,7 @@ def main() -> None:
         reqs, intended = _fleet_requests(n, 280.0, np.random.default_rng(0))
         _case(f"3. {n:,} requests at 280 req/s, 64 x H200, round robin",
               lambda: build_cluster(fleet, random.Random(0)), reqs, intended, None,
-              reference=not a.no_reference)
+              reference=not a.no_reference, child_args=child_args(3))
 
 
 if __name__ == "__main__":

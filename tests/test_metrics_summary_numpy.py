@@ -23,6 +23,18 @@ def test_latency_stats_are_numpys_figures():
     assert [p.value_ms for p in stats.percentiles] == [float(np.percentile(values, p)) for p in PERCENTILES]
 
 
+def test_latency_stats_in_a_shared_scratch_are_numpys_figures():
+    # one buffer for every statistic, partitioned by the call before: the same figures
+    rng = np.random.default_rng(11)
+    scratch = np.empty(200_000)
+    for n in (1, 2, 3, 8, 1_001, 123_457):
+        for values in (rng.lognormal(2.0, 0.7, n), rng.integers(0, 40, n).astype(float)):
+            stats = _latency_stats(values, PERCENTILES, scratch)
+            assert (stats.mean_ms, stats.median_ms, stats.std_ms) == (
+                float(np.mean(values)), float(np.median(values)), float(np.std(values))), n
+            assert [p.value_ms for p in stats.percentiles] == np.percentile(values, PERCENTILES).tolist()
+
+
 def test_empty_values_give_zeros_as_vllm():
     stats = _latency_stats(np.zeros(0), (99.0,))
     assert (stats.mean_ms, stats.median_ms, stats.std_ms, stats.percentiles[0].value_ms) == (0, 0, 0, 0)

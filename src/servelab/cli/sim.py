@@ -65,6 +65,7 @@ def run_cmd(
         parse_metric_percentiles,
         parse_percentile_metrics,
     )
+    from servelab.sim import BUILD
     from servelab.sim.offline import disaggregation_lines, memory_lines, run_offline, sim_lines
 
     summary_opts = SummaryOptions(
@@ -97,7 +98,8 @@ def run_cmd(
         console.print(line, highlight=False)
     for line in summary_lines(out.result, " Serving Benchmark Result (simulated) "):
         console.print(line, highlight=False, markup=False, soft_wrap=True)
-    for line in sim_lines(out.num_steps, out.preemptions, out.run.duration_s, out.cost_source):
+    for line in sim_lines(out.num_steps, out.preemptions, out.run.duration_s, out.cost_source,
+                          BUILD.describe()):
         console.print(line, highlight=False)
     r = out.result
     for line in disaggregation_lines(engine, r.total_input_tokens / max(1, r.completed)):

@@ -21,6 +21,7 @@ in one event, as vLLM streams them in one chunk.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,6 +38,7 @@ from servelab.sim.cost import (
 )
 from servelab.plan.args import uses_v1_model_runner
 from servelab.sim.kernel_profile import KernelProfile
+from servelab.sim.native import by_fields
 from servelab.sim.scheduler import SchedRequest, ScheduledStep, Scheduler, SchedulerLimits
 from servelab.sim.operators import OperatorModel
 from servelab.sim.speculative import SpecCounters, SpecDecoder
@@ -52,6 +54,9 @@ class SimRequest:
     max_tokens: int
     arrival_s: float
 
+    def __reduce__(self) -> tuple[type, tuple[object, ...]]:
+        return by_fields(self)  # (compiled: `servelab.sim.native.by_fields`)
+
 
 @dataclass(frozen=True, slots=True)
 class TokenEvent:
@@ -62,6 +67,9 @@ class TokenEvent:
     finished: bool
     first: bool
     finish_reason: str | None  # "length" when max_tokens was reached
+
+    def __reduce__(self) -> tuple[type, tuple[object, ...]]:
+        return by_fields(self)  # (compiled: `servelab.sim.native.by_fields`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +86,9 @@ class StepResult:
     num_running: int
     num_waiting: int
     num_preempted: int = 0
+
+    def __reduce__(self) -> tuple[type, tuple[object, ...]]:
+        return by_fields(self)  # (compiled: `servelab.sim.native.by_fields`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +107,9 @@ class EngineStats:
     block_size: int
     spec_decode: SpecCounters | None = None
 
+    def __reduce__(self) -> tuple[type, tuple[object, ...]]:
+        return by_fields(self)  # (compiled: `servelab.sim.native.by_fields`)
+
 
 @dataclass(frozen=True, slots=True)
 class SimConfig:
@@ -112,6 +126,9 @@ class SimConfig:
     memory: Any = None  # the planner's MemoryPlan, for vLLM-style startup lines
     speculative: SpeculativeConfig | None = None  # with per-position rates (build_engine checks)
     seed: int = 0  # the engine's own random stream (acceptance draws)
+
+    def __reduce__(self) -> tuple[type, tuple[object, ...]]:
+        return by_fields(self)  # (compiled: `servelab.sim.native.by_fields`)
 
 
 class RequestRejected(ServelabError):
@@ -219,7 +236,7 @@ class SimEngine:
         prompt + max_tokens exceeds max_model_len, and ValueError for a duplicate id."""
         self.add(req.request_id, req.prompt_token_ids, req.max_tokens, req.arrival_s)
 
-    def add(self, request_id: str, prompt_token_ids: tuple[int, ...] | list[int],
+    def add(self, request_id: str, prompt_token_ids: Sequence[int],
             max_tokens: int, arrival_s: float, tag: object = None,
             preloaded_tokens: int = 0) -> SchedRequest:
         """`add_request` for drivers that keep a handle (`tag` is theirs to read back);

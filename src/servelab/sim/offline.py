@@ -61,6 +61,7 @@ from servelab.metrics.summary import SummaryOptions, summarize
 from servelab.routing.records import NoFeedback, RouteRequest, count_chooser
 from servelab.sim.cluster import Cluster
 from servelab.sim.engine import RequestRejected, SimEngine, rejection_message
+from servelab.sim.native import by_fields
 from servelab.sim.scheduler import ScheduledStep
 from servelab.sim.setup import SimOptions, build_cluster, fit_token_ids, kv_transfer
 from servelab.sim.speculative import SpecCounters
@@ -84,6 +85,9 @@ class OfflineRequest:
     route_text: str = ""
     session_key: str | None = None
 
+    def __reduce__(self) -> tuple[type, tuple[object, ...]]:
+        return by_fields(self)  # (compiled: `servelab.sim.native.by_fields`)
+
 
 StepObserver = Callable[[int, float, float, ScheduledStep, SimEngine], None]
 """Called per step with (replica, start_s, duration_s, step, engine) after scheduling."""
@@ -99,7 +103,8 @@ class OfflineRun:
     spec_decode: SpecDecodeStats | None = None  # over the measured phase, all replicas
 
 
-def simulate(cluster: Cluster, requests: Sequence[OfflineRequest], intended_s: Sequence[float],
+def simulate(cluster: Cluster, requests: Sequence[OfflineRequest],
+             intended_s: Sequence[float] | np.ndarray,
              max_concurrency: int | None = None, num_warmups: int = 0,
              on_step: StepObserver | None = None, stepwise: bool = False) -> OfflineRun:
     """Simulate the schedule; records follow `RequestRecord`'s client semantics.
@@ -131,7 +136,8 @@ def _collector_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _simulate(cluster: Cluster, requests: Sequence[OfflineRequest], intended_s: Sequence[float],
+def _simulate(cluster: Cluster, requests: Sequence[OfflineRequest],
+              intended_s: Sequence[float] | np.ndarray,
               max_concurrency: int | None, num_warmups: int, on_step: StepObserver | None,
               stepwise: bool) -> OfflineRun:
     records: list[RequestRecord] = []
@@ -172,7 +178,8 @@ def _spec_delta(before: list[SpecCounters] | None,
         for a, b in zip(after, before)])
 
 
-def _run_any(cluster: Cluster, requests: Sequence[OfflineRequest], intended_s: Sequence[float],
+def _run_any(cluster: Cluster, requests: Sequence[OfflineRequest],
+             intended_s: Sequence[float] | np.ndarray,
              max_concurrency: int | None, on_step: StepObserver | None,
              t0: float, stepwise: bool) -> tuple[list[RequestRecord], float, int]:
     """`_run`, or `_run` once per replica when the replicas cannot influence one another
@@ -296,7 +303,8 @@ class _EventLoop:
         return self.current != _IDLE
 
 
-def _run(cluster: Cluster | _OneOfFleet, requests: Sequence[OfflineRequest], intended_s: Sequence[float],
+def _run(cluster: Cluster | _OneOfFleet, requests: Sequence[OfflineRequest],
+         intended_s: Sequence[float] | np.ndarray,
          max_concurrency: int | None, on_step: StepObserver | None,
          t0: float, stepwise: bool = False) -> tuple[list[RequestRecord], float, int]:
     """One phase starting at virtual time t0; record times are relative to t0 (`stepwise`:
@@ -342,6 +350,11 @@ def _run(cluster: Cluster | _OneOfFleet, requests: Sequence[OfflineRequest], int
     # the whole request must fit the decode replica, though the prefill sees max_tokens 1
     decode_len = engines[-1].config.max_model_len if transfer is not None else 0
 
+    # the next request falling due (`due_order[di]`, at `next_due`), read by `drain_dues`
+    inf = float("inf")
+    n_due, next_due = len(due_order), (due_s[due_order[0]] if due_order else inf)
+    di = 0
+
     def send(i: int, now: float, wait_ms: float) -> None:
         nonlocal seq
         req = requests[i]
@@ -366,7 +379,7 @@ def _run(cluster: Cluster | _OneOfFleet, requests: Sequence[OfflineRequest], int
         if prefill_role[k]:
             # a layer-wise transfer overlaps the prefill itself, timed from its first chunk
             for r in step.reqs:
-                fl = flights[r.tag]  # type: ignore[index]
+                fl = flights[r.tag]  # type: ignore[call-overload, index]
                 if not fl.prefill_started:  # type: ignore[union-attr]
                     fl.prefill_started, fl.prefill_start_s = True, now  # type: ignore[union-attr]
         heapq.heappush(heap, (now + dur, seq, _STEP_DONE, k))
@@ -716,9 +729,6 @@ def _run(cluster: Cluster | _OneOfFleet, requests: Sequence[OfflineRequest], int
     # per-step observer, which must see every step's engine
     stretches = fast and no_decode_pool and on_step is None and all(plain)
     heappop, heappush = heapq.heappop, heapq.heappush
-    inf = float("inf")
-    n_due, next_due = len(due_order), (due_s[due_order[0]] if due_order else inf)
-    di = 0
     while heap or next_due < inf:
         if heap and heap[0][0] < next_due:
             now, _s, kind, arg = heappop(heap)
@@ -897,6 +907,7 @@ def _run(cluster: Cluster | _OneOfFleet, requests: Sequence[OfflineRequest], int
             fl = flights[arg]
             assert fl is not None
             req = requests[arg]
+            assert isinstance(cluster, Cluster)  # (a fleet's replica alone has no decode pool)
             fl.replica = cluster.route_decode(fl.route, now, stepwise)
             enter(arg, fl.replica, now, req.output_len, len(req.prompt_token_ids) - 1)
         elif kind == _KICK:
@@ -979,6 +990,9 @@ class PreparedWorkload:
     tokenizer_name: str
     tokenizer_source: str
     notes: tuple[str, ...]
+
+    def __reduce__(self) -> tuple[type, tuple[object, ...]]:
+        return by_fields(self)  # (compiled: `servelab.sim.native.by_fields`)
 
 
 def prepare_workload(dataset: DatasetOptions, seed: int, arrivals: ArrivalOptions) -> PreparedWorkload:
@@ -1089,8 +1103,11 @@ def disaggregation_lines(opts: SimOptions, mean_prompt_tokens: float) -> list[st
             + (" before any overlap" if tr.layerwise else "")]
 
 
-def sim_lines(num_steps: int, preemptions: int, duration_s: float, cost_source: str) -> list[str]:
-    """What only a simulator knows: engine steps and preemptions over the run, and what
-    priced the steps (kernel family; profiled GPU or datasheet)."""
+def sim_lines(num_steps: int, preemptions: int, duration_s: float, cost_source: str,
+              build: str) -> list[str]:
+    """What only a simulator knows: engine steps and preemptions over the run, what priced
+    the steps (kernel family; profiled GPU or datasheet), and which build of the simulator
+    ran (`servelab.sim.BUILD.describe()`)."""
     return [f"simulated {duration_s:.1f} s in {num_steps:,} engine steps; preemptions: {preemptions:,}",
-            f"step costs: {cost_source}"]
+            f"step costs: {cost_source}",
+            f"simulator build: {build}"]

@@ -30,6 +30,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from servelab.sim.blocks import BlockPool
+from servelab.sim.native import by_fields
 
 
 class SchedRequest:
@@ -72,6 +73,9 @@ class SchedulerLimits:
     max_num_batched_tokens: int
     max_model_len: int
     enable_chunked_prefill: bool = True
+
+    def __reduce__(self) -> tuple[type, tuple[object, ...]]:
+        return by_fields(self)  # (compiled: `servelab.sim.native.by_fields`)
 
 
 @dataclass(slots=True)
@@ -177,16 +181,16 @@ class Scheduler:
                 # what the loop below gives such a batch: every request one decode token,
                 # no allocation, no preemption (`_preempted_now` is 0 between steps); then
                 # admission as usual
-                reqs = self.running[:]
+                reqs: list[SchedRequest] = self.running[:]
                 d_seqs = len(reqs)
-                nums = [1] * d_seqs
+                nums: list[int] = [1] * d_seqs
                 if not self.waiting:  # (`_admit` would admit nothing)
                     return ScheduledStep(reqs, nums, d_seqs, d_ctx, 0, 0, 0, 0, 0, 0)
                 p_tok, p_ctx = self._admit(reqs, nums, lim.max_num_batched_tokens - d_seqs, 0, 0)
                 return ScheduledStep(reqs, nums, d_seqs, d_ctx, p_tok, p_ctx, 0, len(reqs) - d_seqs, 0, 0)
         budget = lim.max_num_batched_tokens
-        reqs: list[SchedRequest] = []
-        nums: list[int] = []
+        reqs = []
+        nums = []
         d_seqs = d_ctx = p_tok = p_ctx = drafts = drafting = 0
         preempted = 0
         max_len = lim.max_model_len
