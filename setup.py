@@ -45,6 +45,10 @@ class BuildCompiled(build_ext):
     the manifest of what it compiled."""
 
     def run(self) -> None:
+        # a manifest left by an earlier compiled build would keep its modules in use
+        root = HERE / "src" if self.inplace else Path(self.build_lib)
+        out = root / "servelab" / "sim" / str(_native("MANIFEST"))
+        out.unlink(missing_ok=True)
         if not self.extensions:
             return
         try:
@@ -54,8 +58,6 @@ class BuildCompiled(build_ext):
                   file=sys.stderr)
             return
         digests = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in _sources()}
-        root = HERE / "src" if self.inplace else Path(self.build_lib)
-        out = root / "servelab" / "sim" / str(_native("MANIFEST"))
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(digests, indent=1, sort_keys=True) + "\n")
 
@@ -74,7 +76,7 @@ def _ext_modules() -> list:
         # the rest type as Any, which compiles to generic calls on them (C already)
         paths = [str(p.relative_to(HERE)) for p in _sources()]
         return mypycify(["--ignore-missing-imports", "--follow-imports=silent", *paths],
-                        opt_level="3", group_name="servelab_sim_native")
+                        opt_level="3", group_name=str(_native("GROUP")))
     except (Exception, SystemExit) as exc:  # noqa: BLE001 (stay pure Python)
         print(f"servelab: the simulator stays pure Python (mypyc: {exc!r})", file=sys.stderr)
         return []

@@ -43,6 +43,7 @@ import random
 import subprocess
 import sys
 import time
+from dataclasses import fields
 from array import array
 from collections.abc import Callable, Sequence
 
@@ -79,7 +80,7 @@ def _digest(run: OfflineRun) -> str:
     """A digest of every record's fields and gaps (compares runs across processes)."""
     h = hashlib.sha256(f"{run.duration_s!r} {run.num_steps}".encode())
     for r in run.records:
-        h.update(f"{r.index} {r.send_s!r} {r.ttft_ms!r} {r.e2el_ms!r} {r.output_len} {r.error}".encode())
+        h.update(repr([getattr(r, f.name) for f in fields(r) if f.name != "itl_ms"]).encode())
         h.update(array("d", r.itl_ms).tobytes() if isinstance(r.itl_ms, list) else memoryview(r.itl_ms))
     return h.hexdigest()
 
@@ -106,7 +107,7 @@ def _case(name: str, make: Callable[[], Cluster], requests: Sequence[OfflineRequ
     `child_args`, also on the sources in a child process (`_against_source`); as that
     child (`--child`), the default path alone, printed as one JSON line."""
     fast, fast_wall = _timed(make(), requests, intended, conc)
-    if "--child" in sys.argv:
+    if child_args is None and "--child" in sys.argv:
         print(json.dumps({"wall_s": fast_wall, "digest": _digest(fast),
                           "build": servelab.sim.BUILD.describe()}))
         return fast_wall

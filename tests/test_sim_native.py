@@ -90,6 +90,7 @@ def _details(*args: str, pure: bool) -> dict:
     env = {PURE_ENV: "1" if pure else "0"}
     proc = run_servelab("sim", "run", "--json", "--save-detailed", *args, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr
+    assert ("simulator build: pure Python" in proc.stderr) == pure, proc.stderr
     data = json.loads(proc.stdout.splitlines()[-1])
     return {k: v for k, v in data.items() if k not in ("date", "timestamp")}
 

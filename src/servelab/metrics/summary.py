@@ -376,7 +376,7 @@ def _latency_stats(values_ms: np.ndarray, percentiles: tuple[float, ...],
     n, its root) on the values in their order; the median and percentiles are order
     statistics, the same from a buffer any earlier call partitioned."""
     # vLLM feeds numpy `values or 0`: an empty list yields 0 for every statistic.
-    arr = values_ms if values_ms.size else np.zeros(1)
+    arr = np.asarray(values_ms, np.float64) if values_ms.size else np.zeros(1)
     n = arr.size
     work = np.empty(n) if scratch is None or scratch.size < n else scratch[:n]
     mean = np.add.reduce(arr) / n

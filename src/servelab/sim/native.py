@@ -29,6 +29,7 @@ from types import ModuleType
 # (setup.py reads this tuple from the source)
 COMPILED = ("blocks", "engine", "scheduler", "offline")
 MANIFEST = "native.json"
+GROUP = "servelab_sim_native"  # mypyc's shared library of the four (setup.py's group_name)
 PURE_ENV = "SERVELAB_PURE_PYTHON"
 
 
@@ -62,12 +63,14 @@ def inspect_build(directory: Path, env: Mapping[str, str],
     extension modules and the manifest beside them), given the environment `env`."""
     if not any(_has_extension(directory, n) for n in names):
         return Build(False, "not compiled")
-    if env.get(PURE_ENV, "") not in ("", "0"):
+    if env.get(PURE_ENV, "") == "1":
         return Build(False, f"{PURE_ENV}={env[PURE_ENV]}")
     try:
         digests = json.loads((directory / MANIFEST).read_text())
     except (OSError, ValueError):
         return Build(False, f"no readable {MANIFEST} beside the compiled modules")
+    if importlib.util.find_spec(f"{GROUP}__mypyc") is None:
+        return Build(False, f"{GROUP}__mypyc, the compiled modules' shared library, is missing")
     for n in names:
         if not _has_extension(directory, n):
             return Build(False, f"{n}.py is not compiled")
@@ -99,9 +102,11 @@ def select(package: str = __package__ or "servelab.sim") -> Build:
     """Choose the build for this process (`inspect_build` on this package's directory and
     the environment); sources are found first unless the compiled modules are chosen."""
     directory = Path(__file__).resolve().parent
+    if any(isinstance(f, _Sources) for f in sys.meta_path):
+        # chosen already in this process: the sources are what is loaded
+        return Build(False, "the sources were chosen earlier in this process")
     build = inspect_build(directory, os.environ)
     if not build.compiled and any(_has_extension(directory, n) for n in COMPILED):
         names = frozenset(f"{package}.{n}" for n in COMPILED)
-        if not any(isinstance(f, _Sources) for f in sys.meta_path):
-            sys.meta_path.insert(0, _Sources(directory, names))
+        sys.meta_path.insert(0, _Sources(directory, names))
     return build
