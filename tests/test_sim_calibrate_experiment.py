@@ -192,3 +192,72 @@ def test_the_speculative_fit_recovers_the_speculative_time_from_the_speculative_
     assert bad.returncode == 2 and "--fit everything" in bad.stderr + bad.stdout
     assert "Traceback" not in bad.stderr
     assert Calibration.load(out).fitted_on == fit.fitted_on  # the refused calls wrote nothing
+
+
+DRAFT_TRUTH = default_calibration("H200").model_copy(update={"draft_layer_us": 250.0})
+
+DRAFT_SPEC = """\
+name: draftexp
+engine: sim
+hardware: {{gpu: H200}}
+model: Qwen/Qwen3-14B
+sim: {{calibration: {cal}}}
+arms:
+  - name: nospec
+  - name: draft-k4
+    speculative: {{method: draft_model, model: Qwen/Qwen3-0.6B, num_speculative_tokens: 4,
+                   acceptance: [0.8, 0.7, 0.6, 0.5]}}
+workloads:
+  - name: rnd
+    dataset_name: random
+    random_input_len: 256
+    random_output_len: 48
+  - name: rnd-b
+    dataset_name: random
+    random_input_len: 128
+    random_output_len: 48
+loads:
+  concurrency: [1, 16]
+  num_prompts: 32
+seed: 5
+"""
+
+
+def test_the_drafter_fit_recovers_a_draft_models_cpu_per_layer_from_one_low_load_cell(tmp_path: Path) -> None:
+    # A host whose draft model costs 250 us per layer and forward (the shipped H200 figure is
+    # 517.8): its four 28-layer forwards are most of a batch-1 step, so one c1 cell of one
+    # workload pins it; the fit reads only that cell and moves only that field.
+    _simulated(tmp_path, DRAFT_SPEC, DRAFT_TRUTH)
+
+    out = tmp_path / "fit.json"
+    proc = _calibrate("--experiment", str(tmp_path / "run"), "--fit", "drafter", "--arm", "draft-k4",
+                      "--workload", "rnd", "--cells", "c1", "--out", str(out), "--max-evals", "40")
+    assert proc.returncode == 0, proc.stderr
+    fit = Calibration.load(out)
+    assert fit.fitted_on == ("draft-k4/rnd/c1",)
+    assert fit.draft_layer_us == pytest.approx(DRAFT_TRUTH.draft_layer_us, rel=0.05)
+    held = default_calibration("H200")
+    assert (fit.spec_step_us, fit.spec_per_seq_us, fit.gpu_time_scale) == (
+        held.spec_step_us, held.spec_per_seq_us, held.gpu_time_scale)
+
+    # --calibration: the fit starts from that file, whose other fields it keeps.
+    start = tmp_path / "start.json"
+    held.model_copy(update={"spec_step_us": 123.0}).save(start)
+    chained = tmp_path / "chained.json"
+    proc = _calibrate("--experiment", str(tmp_path / "run"), "--fit", "drafter", "--arm", "draft-k4",
+                      "--cells", "c1", "--calibration", str(start), "--out", str(chained),
+                      "--max-evals", "3")
+    assert proc.returncode == 0, proc.stderr
+    assert Calibration.load(chained).spec_step_us == 123.0
+    assert set(Calibration.load(chained).fitted_on) == {"draft-k4/rnd/c1", "draft-k4/rnd-b/c1"}
+
+    bad = _calibrate("--experiment", str(tmp_path / "run"), "--arm", "nospec", "--fit", "drafter",
+                     "--out", str(out))
+    assert bad.returncode == 2 and "--fit drafter" in bad.stderr + bad.stdout
+    bad = _calibrate("--experiment", str(tmp_path / "run"), "--workload", "nope", "--out", str(out))
+    assert bad.returncode == 2 and "--workload nope" in bad.stderr + bad.stdout
+    bad = _calibrate("--experiment", str(tmp_path / "run"), "--calibration", str(tmp_path / "missing.json"),
+                     "--out", str(out))
+    assert bad.returncode == 2 and "--calibration" in bad.stderr + bad.stdout
+    assert "Traceback" not in bad.stderr
+    assert Calibration.load(out).fitted_on == fit.fitted_on  # the refused calls wrote nothing

@@ -349,6 +349,34 @@ def test_a_sim_experiment_reports_speed_up_acceptance_advice_and_crossover(tmp_p
     assert "advised K 4 at c1" in line
 
 
+def test_the_report_prices_the_payoff_with_the_hosts_calibration(tmp_path: Path) -> None:
+    # Known answer: a host whose speculative path costs 50 ms a step (a 4B model's decode
+    # step is a few ms) cannot gain from at most 5 tokens per step at any batch, so under
+    # that calibration the payoff says it pays at no batch; the experiment's own report
+    # (shipped figures) has it pay at c1. The file is named in the report.
+    spec = tmp_path / "s.yaml"
+    spec.write_text(
+        "name: s\nengine: sim\nmodel: Qwen/Qwen3-4B\nhardware: {gpu: H200}\n"
+        "arms:\n  - name: base\n    baseline: true\n  - name: ng\n    speculative:\n"
+        "      method: ngram\n      num_speculative_tokens: 4\n      acceptance: [0.8, 0.6, 0.1, 0.02]\n"
+        "workloads: [{name: r, dataset_name: random, random_input_len: 256, random_output_len: 64}]\n"
+        "loads: {concurrency: [1], num_prompts: 8}\n")
+    out = tmp_path / "out"
+    assert run_servelab("run", str(spec), "--out", str(out)).returncode == 0
+    shipped = next(x for x in (out / "report.md").read_text().splitlines() if x.startswith("- ng on r:"))
+    assert "paying at no batch" not in shipped
+    cal = tmp_path / "host.json"
+    default_calibration("H200").model_copy(update={"spec_step_us": 50_000.0}).save(cal)
+    proc = run_servelab("report", str(out), "--calibration", str(cal))
+    assert proc.returncode == 0, proc.stderr
+    md = (out / "report.md").read_text()
+    assert f"The simulated payoff uses the calibration {cal}." in md
+    line = next(x for x in md.splitlines() if x.startswith("- ng on r:"))
+    assert "the simulation has it paying at no batch" in line
+    bad = run_servelab("report", str(out), "--calibration", str(tmp_path / "missing.json"))
+    assert bad.returncode == 2 and "--calibration" in bad.stderr and "Traceback" not in bad.stderr
+
+
 def test_the_advised_k_shrinks_as_verification_rows_stop_being_free() -> None:
     rates = (0.8, 0.6, 0.1, 0.02)
     base = build_engine("Qwen/Qwen3-4B", "H200", None, ARGS, None)

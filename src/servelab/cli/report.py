@@ -14,12 +14,16 @@ from servelab.cli.output import make_console
 from servelab.errors import ServelabError
 
 
-def print_report(root: Path) -> None:
-    """Build the report of `root`, write its files there and print it (every table fits
-    the console's width without cutting a figure: see servelab.textgrid)."""
+def print_report(root: Path, calibration: Path | None = None) -> None:
+    """Build the report of `root` (`calibration`: the simulator's figures for the
+    speculative payoff), write its files there and print it (every table fits the
+    console's width without cutting a figure: see servelab.textgrid)."""
     from servelab.report import build_report, write_report
+    from servelab.sim.cost import Calibration
 
-    report = build_report(root)
+    if calibration is not None:
+        Calibration.load(calibration)  # a bad file is named before any work
+    report = build_report(root, calibration=calibration)
     paths = write_report(root, report)
     console = make_console()
     console.print(Text(report.title, style="bold"))
@@ -63,13 +67,19 @@ def report_cmd(
         "the server figures) to this CSV file instead of the report."),
     parquet_path: Optional[Path] = typer.Option(
         None, "--parquet", help="As --csv, as a Parquet file (needs pyarrow)."),
+    calibration: Optional[Path] = typer.Option(
+        None, "--calibration", help="Calibration JSON (`servelab sim calibrate`, e.g. this host's "
+        "--fit speculative) for the simulated payoff of speculative arms (default: the spec's "
+        "sim.calibration, else the GPU's shipped figures)."),
 ) -> None:
     """Render an experiment's tables, diagnosis and plots (terminal, report.md, report.html),
     or with --csv / --parquet export its cells for pandas, spreadsheets and dashboards."""
     if csv_path is not None or parquet_path is not None:
+        if calibration is not None:
+            raise ServelabError("--calibration is for the report, not for --csv / --parquet")
         export_cells(directory, csv_path, parquet_path)
     else:
-        print_report(directory)
+        print_report(directory, calibration)
 
 
 def register(app: typer.Typer) -> None:

@@ -8,6 +8,7 @@ fits a calibration to measured results, `sim serve` (registered by
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import sys
@@ -135,13 +136,15 @@ def calibrate_cmd(
     experiment: Optional[Path] = typer.Option(None, "--experiment", help="An experiment directory (`servelab run ... --out DIR`): fit on its cells, each re-simulated with its own workload, seed, load and arm."),
     arm: Optional[list[str]] = typer.Option(None, "--arm", help="With --experiment: only this arm's cells (repeatable; default: every arm)."),
     cells: Optional[str] = typer.Option(None, "--cells", help="With --experiment: only these loads, comma-separated (e.g. c1,c32)."),
+    workload: Optional[list[str]] = typer.Option(None, "--workload", help="With --experiment: only this workload's cells (repeatable; default: every workload)."),
     arm_model: Optional[list[str]] = typer.Option(None, "--arm-model", help="With --experiment: ARM=MODEL[,QUANTIZATION] for an arm whose model directory is not on this machine."),
     engine: EngineFlags,
     out: Path = typer.Option(..., "--out", help="Where to write the calibration JSON."),
     max_evals: int = typer.Option(60, "--max-evals", help="Simulations the search may run."),
     model_for: Optional[list[str]] = typer.Option(None, "--model-for", help="RESULT=MODEL: the model (catalog name or config.json) a result file was measured on, where it is not --model (repeatable); one residual is fitted across them."),
     leave_one_model_out: bool = typer.Option(False, "--leave-one-model-out", help="With cells of several models: also fit on all but one model and report the error on the one left out, for each."),
-    fit_kind: str = typer.Option("residual", "--fit", help="What to fit: residual (the kernels' residual: GPU time scale, step, sequence, launch and request overheads, on every figure) or speculative (spec_step_us and spec_per_seq_us, the speculative path's time on this host, on the decode figures of the speculative cells; the rest held)."),
+    fit_kind: str = typer.Option("residual", "--fit", help="What to fit: residual (the kernels' residual: GPU time scale, step, sequence, launch and request overheads, on every figure), speculative (spec_step_us and spec_per_seq_us, the speculative path's time on this host, on the decode figures of the speculative cells) or drafter (draft_layer_us, a draft model's CPU time per layer and forward on this host, on the decode figures of draft-model cells; after speculative, from its file); the rest held."),
+    start: Optional[Path] = typer.Option(None, "--calibration", help="Start from this calibration (a `sim calibrate` output, e.g. the speculative fit's before --fit drafter) instead of the GPU's shipped figures; the fields this fit does not move keep its values."),
 ) -> None:
     """Fit efficiency factors and overheads to measured results; print what error is left.
 
@@ -153,6 +156,7 @@ def calibrate_cmd(
     """
     from servelab.sim.calibrate import FIT_SETS, calibrate, for_fit, load_targets, parse_model_for, with_models
     from servelab.sim.calibrate import leave_one_model_out as loo
+    from servelab.sim.cost import Calibration
 
     if max_evals < 1:
         raise ServelabError(f"--max-evals {max_evals}: must be >= 1")
@@ -160,6 +164,7 @@ def calibrate_cmd(
         raise ServelabError(f"--fit {fit_kind}: use one of {', '.join(FIT_SETS)}")
     what = FIT_SETS[fit_kind]
     check_writable(out, "--out")  # before any fit: a bad path must not cost the search
+    start_cal = Calibration.load(start) if start is not None else None
     console = make_console()
     if experiment is not None:
         from servelab.experiment.simulation import measured_cells, parse_arm_models
@@ -169,15 +174,15 @@ def calibrate_cmd(
         loads = [c.strip() for c in cells.split(",") if c.strip()] if cells else []
         notes: list[str] = []
         targets = measured_cells(experiment, list(arm or []), loads,
-                                     parse_arm_models(list(arm_model or [])), engine.async_scheduling,
-                                     notes)
+                                 parse_arm_models(list(arm_model or [])), engine.async_scheduling,
+                                 notes, list(workload or []))
         for note in notes:
             console.print(f"note: {note}", highlight=False)
         assert targets[0].options is not None
         opts = targets[0].options
     else:
-        if arm or cells or arm_model:
-            raise ServelabError("--arm, --cells and --arm-model need --experiment")
+        if arm or cells or arm_model or workload:
+            raise ServelabError("--arm, --cells, --workload and --arm-model need --experiment")
         if not results:
             raise ServelabError("give bench result files or --experiment DIR")
         if engine.model is None or engine.gpu is None:
@@ -188,6 +193,8 @@ def calibrate_cmd(
                                            num_warmups, rebuilt), opts, parse_model_for(list(model_for or [])))
         for note in rebuilt:
             console.print(f"warning: {note}", highlight=False)
+    if start_cal is not None:
+        opts = dataclasses.replace(opts, calibration=start_cal)
     targets = for_fit(opts, targets, what)
     fit = calibrate(opts, targets, max_evals=max_evals,
                     progress=lambda msg: console.print(msg, highlight=False), params=what.params,

@@ -93,16 +93,23 @@ def measured_speculation(spec: SpeculativeConfig, result: StoredResult,
 def measured_cells(root: Path, arms: Sequence[str] = (), loads: Sequence[str] = (),
                        arm_models: dict[str, tuple[str, str | None]] | None = None,
                        async_scheduling: bool = True,
-                       notes: list[str] | None = None) -> list[MeasuredCell]:
-    """One `MeasuredCell` per finished cell of `root` (only `arms` and `loads` when given).
-    Cells whose every request failed have no latency to fit and are skipped (named in
-    `notes`). Raises `ServelabError` naming an unknown arm or load, or a bad cell file."""
+                       notes: list[str] | None = None,
+                       workloads: Sequence[str] = ()) -> list[MeasuredCell]:
+    """One `MeasuredCell` per finished cell of `root` (only `arms`, `loads` and `workloads`
+    when given). Cells whose every request failed have no latency to fit and are skipped
+    (named in `notes`). Raises `ServelabError` naming an unknown arm, workload or load, or a
+    bad cell file."""
 
     spec = _spec(root)
     arm_names = [a.name for a in spec.arms]
     for name in list(arms) + list(arm_models or {}):
         if name not in arm_names:
             raise ServelabError(f"--arm {name}: the experiment has arms {', '.join(arm_names)}")
+    workload_names = [w.name for w in spec.workloads]
+    for name in workloads:
+        if name not in workload_names:
+            raise ServelabError(f"--workload {name}: the experiment has workloads "
+                                f"{', '.join(workload_names)}")
     options: dict[str, SimOptions] = {}
     prepared: dict[tuple[str, str], PreparedWorkload] = {}
     targets: list[MeasuredCell] = []
@@ -111,7 +118,8 @@ def measured_cells(root: Path, arms: Sequence[str] = (), loads: Sequence[str] = 
         cell, result = record.cell, record.result
         arm, workload, load = cell.arm, cell.workload, cell.load
         seen_loads.add(load)
-        if (arms and arm not in arms) or (loads and load not in loads):
+        if (arms and arm not in arms) or (loads and load not in loads) or \
+                (workloads and workload not in workloads):
             continue
         measured = {k: v for k in FIT_METRICS if (v := result.number(k)) is not None}
         if not result.completed or not measured:

@@ -60,8 +60,10 @@ def _intro(data: ExperimentData) -> tuple[str, ...]:
     return tuple(lines)
 
 
-def _speculation(data: ExperimentData) -> tuple[list[Table], list[str]]:
-    """The speculative-decoding section, when some arm speculates."""
+def _speculation(data: ExperimentData, calibration: Path | None) -> tuple[list[Table], list[str]]:
+    """The speculative-decoding section, when some arm speculates; its simulated payoff
+    under `calibration` when given (the host's figures from `sim calibrate`), else the
+    spec's `sim.calibration`, else the GPU's shipped figures."""
     if not any(a.spec.get("speculative") for a in data.arms):
         return [], []
     try:
@@ -69,13 +71,18 @@ def _speculation(data: ExperimentData) -> tuple[list[Table], list[str]]:
     except ValidationError as exc:
         return [], [f"speculative arms: the manifest's spec does not validate "
                     f"({exc.errors()[0]['loc']}: {exc.errors()[0]['msg']}), no payoff computed."]
-    return speculation_section(data, spec, data.manifest.get("gpu"))
+    if calibration is None:
+        return speculation_section(data, spec, data.manifest.get("gpu"))
+    spec = spec.model_copy(update={"sim": spec.sim.model_copy(update={"calibration": calibration})})
+    tables, lines = speculation_section(data, spec, data.manifest.get("gpu"))
+    return tables, [f"The simulated payoff uses the calibration {calibration}."] + lines
 
 
-def build_report(root: Path, plots: bool = True) -> Report:
-    """The report of the experiment in `root`."""
+def build_report(root: Path, plots: bool = True, calibration: Path | None = None) -> Report:
+    """The report of the experiment in `root` (`calibration`: the simulator's figures for
+    the speculative payoff, see `_speculation`)."""
     data = load_experiment(root)
-    spec_tables, spec_lines = _speculation(data)
+    spec_tables, spec_lines = _speculation(data, calibration)
     return Report(
         title=f"servelab report: {data.manifest['spec']['name']}",
         intro=_intro(data),

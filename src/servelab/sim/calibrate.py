@@ -34,6 +34,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import get_args
 
 import numpy as np
 
@@ -45,6 +46,7 @@ from servelab.metrics.summary import SummaryOptions, summarize
 from servelab.sim.cost import Calibration
 from servelab.sim.offline import PreparedWorkload, prepare_workload, simulate_prepared
 from servelab.sim.setup import SimOptions
+from servelab.speculation import SpecMethod
 from servelab.workload.arrivals import ArrivalOptions
 from servelab.workload.datasets import DatasetOptions
 
@@ -66,8 +68,10 @@ class FitSet:
     name: str
     params: tuple[str, ...]
     metrics: tuple[str, ...]
-    needs_speculation: bool = False
+    # the speculative methods whose cells it reads (empty: every cell, speculative or not)
+    methods: tuple[str, ...] = ()
     prior_weight: float = PRIOR_WEIGHT  # the pull towards the starting calibration
+    hint: str = ""  # how to give it the cells it needs, when none is there
 
 
 # The residual the kernels leave, on every figure.
@@ -78,21 +82,33 @@ RESIDUAL = FitSet("residual", _PARAMS, tuple(FIT_METRICS))
 # the API server's share of a closed loop's waits (issue 14), and the p99 ITL the prefills
 # that land between tokens, which these two must not absorb. No pull towards the starting
 # figures: they are one host's, and two loads (two batch sizes) separate the two terms.
-SPECULATIVE = FitSet("speculative", ("spec_step_us", "spec_per_seq_us"),
-                     ("total_token_throughput", "output_throughput", "mean_tpot_ms",
-                      "mean_itl_ms"), needs_speculation=True, prior_weight=0.0)
-FIT_SETS: dict[str, FitSet] = {f.name: f for f in (RESIDUAL, SPECULATIVE)}
+_DECODE_FIGURES = ("total_token_throughput", "output_throughput", "mean_tpot_ms", "mean_itl_ms")
+SPECULATIVE = FitSet("speculative", ("spec_step_us", "spec_per_seq_us"), _DECODE_FIGURES,
+                     methods=get_args(SpecMethod), prior_weight=0.0,
+                     hint="fit it on an arm with speculative decoding, e.g. --arm ngram-k2")
+# A draft model's CPU time per layer and forward (vLLM 0.25.1 launches every kernel of a
+# draft model from Python: no CUDA graph), the host's like the line above: on the decode
+# figures of draft-model cells, after that line (`--calibration` the speculative fit's
+# file), since the step it adds to is the verification the line prices. One low load pins
+# it (the drafter's K forwards are most of a batch-1 step); the other loads check it.
+DRAFTER = FitSet("drafter", ("draft_layer_us",), _DECODE_FIGURES, methods=("draft_model",),
+                 prior_weight=0.0,
+                 hint="fit it on a draft-model arm's low load, e.g. --arm draft-k4 --cells c1")
+FIT_SETS: dict[str, FitSet] = {f.name: f for f in (RESIDUAL, SPECULATIVE, DRAFTER)}
 
 
 def for_fit(opts: SimOptions, targets: Sequence[MeasuredCell], fit: FitSet) -> list[MeasuredCell]:
-    """`targets` reduced to what `fit` reads: each cell's `fit.metrics`; with
-    `needs_speculation`, only the cells of speculative deployments (a target's own, else
-    `opts`; ServelabError when none is)."""
-    cells = [t for t in targets
-             if not fit.needs_speculation or (t.options or opts).speculative is not None]
+    """`targets` reduced to what `fit` reads: each cell's `fit.metrics`; with `fit.methods`,
+    only the cells whose deployment (a target's own, else `opts`) speculates by one of them
+    (ServelabError when none does)."""
+    def reads(t: MeasuredCell) -> bool:
+        sc = (t.options or opts).speculative
+        return not fit.methods or (sc is not None and sc.method in fit.methods)
+
+    cells = [t for t in targets if reads(t)]
     if not cells:
-        raise ServelabError(f"--fit {fit.name}: none of the cells is of a speculative arm "
-                            "(fit it on an arm with speculative decoding, e.g. --arm ngram-k2)")
+        raise ServelabError(f"--fit {fit.name}: none of the cells is of an arm speculating by "
+                            f"{' or '.join(fit.methods)} ({fit.hint})")
     return [replace(t, measured={k: v for k, v in t.measured.items() if k in fit.metrics})
             for t in cells]
 
@@ -278,7 +294,8 @@ class CalibrationFit:
                      f"request_overhead_ms {c.request_overhead_ms:.2f}, "
                      f"frontend_us per prompt / output token {c.frontend_us_per_prompt_token:.2f} / "
                      f"{c.frontend_us_per_output_token:.1f}, spec_step_us / spec_per_seq_us "
-                     f"{c.spec_step_us:.1f} / {c.spec_per_seq_us:.2f}")
+                     f"{c.spec_step_us:.1f} / {c.spec_per_seq_us:.2f}, draft_layer_us "
+                     f"{c.draft_layer_us:.1f}")
         return lines
 
 
