@@ -18,6 +18,7 @@ import pytest
 
 import servelab.sim
 from servelab.plan import EngineArgs
+from servelab.sim.engine import EngineStats, SimRequest, StepResult, TokenEvent
 from servelab.sim.native import MANIFEST, PURE_ENV, inspect_build
 from servelab.sim.offline import OfflineRequest, PreparedWorkload
 from servelab.sim.setup import SimOptions, build_cluster
@@ -84,6 +85,15 @@ def test_frozen_records_survive_pickling() -> None:
         assert pickle.loads(pickle.dumps(obj)) == obj
     back = pickle.loads(pickle.dumps(wl))
     assert back.requests == [req] and back.notes == ("a note",) and list(back.intended_s) == [0.0]
+
+    # The engine's own records: what a step gives back, the counters, a request; with every
+    # field set, so a field the pickle lost or reordered shows.
+    event = TokenEvent("r1", 2, True, False, "length")
+    step = StepResult(1.5, 0.02, (event,), 3, 40, 2, 0.25, 3, 1, 4)
+    stats = EngineStats(3, 1, 0.25, 4, 100, 60, 300, 50, 1000, 16)
+    sim_req = SimRequest("r1", (5, 6, 7), 9, 0.5)
+    for obj in (event, step, stats, sim_req):
+        assert pickle.loads(pickle.dumps(obj)) == obj, type(obj).__name__
 
 
 def _details(*args: str, pure: bool) -> dict:
