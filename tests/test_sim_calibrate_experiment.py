@@ -242,14 +242,16 @@ def test_the_drafter_fit_recovers_a_draft_models_cpu_per_layer_from_one_low_load
 
     # --calibration: the fit starts from that file, whose other fields it keeps.
     start = tmp_path / "start.json"
-    held.model_copy(update={"spec_step_us": 123.0}).save(start)
+    held.model_copy(update={"spec_step_us": 123.0, "fitted_on": ("ngram-k2/x/c1", "ngram-k2/x/c8")}).save(start)
     chained = tmp_path / "chained.json"
     proc = _calibrate("--experiment", str(tmp_path / "run"), "--fit", "drafter", "--arm", "draft-k4",
                       "--cells", "c1", "--calibration", str(start), "--out", str(chained),
                       "--max-evals", "3")
     assert proc.returncode == 0, proc.stderr
-    assert Calibration.load(chained).spec_step_us == 123.0
-    assert set(Calibration.load(chained).fitted_on) == {"draft-k4/rnd/c1", "draft-k4/rnd-b/c1"}
+    got = Calibration.load(chained)
+    assert got.spec_step_us == 123.0
+    # the file's other fields came from the start's cells: those are listed first
+    assert got.fitted_on == ("ngram-k2/x/c1", "ngram-k2/x/c8", "draft-k4/rnd/c1", "draft-k4/rnd-b/c1")
 
     bad = _calibrate("--experiment", str(tmp_path / "run"), "--arm", "nospec", "--fit", "drafter",
                      "--out", str(out))

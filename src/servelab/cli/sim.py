@@ -154,7 +154,7 @@ def calibrate_cmd(
     with the workload, seed, load, warm-ups and tokenizer it recorded, on its own arm
     (model, weight format, engine args); GPU from the spec. Prints the error per cell.
     """
-    from servelab.sim.calibrate import FIT_SETS, calibrate, for_fit, load_targets, parse_model_for, with_models
+    from servelab.sim.calibrate import FIT_SETS, calibrate, continued, for_fit, load_targets, parse_model_for, with_models
     from servelab.sim.calibrate import leave_one_model_out as loo
     from servelab.sim.cost import Calibration
 
@@ -204,6 +204,8 @@ def calibrate_cmd(
                    params=what.params, prior_weight=what.prior_weight)
         fit.calibration = fit.calibration.model_copy(update={
             "held_out_error_pct": {f"{m}/{k}": v for m, errs in held.items() for k, v in errs.items()}})
+    if start_cal is not None:
+        fit.calibration = continued(start_cal, fit.calibration)
     fit.calibration.save(out)
     console.print(f"wrote {out}", highlight=False)
     for line in fit.report_lines():

@@ -339,6 +339,13 @@ def calibrate(opts: SimOptions, targets: Sequence[MeasuredCell], max_evals: int 
     return fit
 
 
+def continued(start: Calibration, fitted: Calibration) -> Calibration:
+    """`fitted`, a fit that started from `start` (`--calibration`), with the cells `start`
+    was fitted on listed before its own: the file's other fields still come from them."""
+    extra = tuple(name for name in fitted.fitted_on if name not in start.fitted_on)
+    return fitted.model_copy(update={"fitted_on": start.fitted_on + extra})
+
+
 def evaluate(opts: SimOptions, targets: Sequence[MeasuredCell],
              cal: Calibration) -> list[tuple[str, str, float, float]]:
     """(target, metric, measured, simulated) for each of `targets` under `cal`: the error
