@@ -325,17 +325,24 @@ def test_a_real_vllm_dump_parses_to_its_acceptance() -> None:
     assert stats.per_position_acceptance == pytest.approx((1.0, 1.0, 0.8))
 
 
-def test_a_sim_experiment_reports_speed_up_acceptance_advice_and_crossover(tmp_path: Path) -> None:
+def _ngram_experiment(tmp_path: Path, loads: str) -> Path:
+    """A simulated experiment (Qwen3-4B on an H200: a baseline and an n-gram arm at K = 4)
+    at `loads` (the spec's YAML), run by `servelab run`; its directory."""
     spec = tmp_path / "s.yaml"
     spec.write_text(
         "name: s\nengine: sim\nmodel: Qwen/Qwen3-4B\nhardware: {gpu: H200}\n"
         "arms:\n  - name: base\n    baseline: true\n  - name: ng\n    speculative:\n"
         "      method: ngram\n      num_speculative_tokens: 4\n      acceptance: [0.8, 0.6, 0.1, 0.02]\n"
         "workloads: [{name: r, dataset_name: random, random_input_len: 256, random_output_len: 64}]\n"
-        "loads: {concurrency: [1, 8], num_prompts: {per_concurrency: 4, min: 8, max: 32}}\n")
+        f"loads: {loads}\n")
     out = tmp_path / "out"
     proc = run_servelab("run", str(spec), "--out", str(out))
     assert proc.returncode == 0, proc.stderr
+    return out
+
+
+def test_a_sim_experiment_reports_speed_up_acceptance_advice_and_crossover(tmp_path: Path) -> None:
+    out = _ngram_experiment(tmp_path, "{concurrency: [1, 8], num_prompts: {per_concurrency: 4, min: 8, max: 32}}")
     cell = json.loads((out / "cells" / "ng" / "r" / "c8.json").read_text())
     res = cell["result"]
     assert res["spec_decode_num_drafts"] > 0
@@ -354,15 +361,7 @@ def test_the_report_prices_the_payoff_with_the_hosts_calibration(tmp_path: Path)
     # step is a few ms) cannot gain from at most 5 tokens per step at any batch, so under
     # that calibration the payoff says it pays at no batch; the experiment's own report
     # (shipped figures) has it pay at c1. The file is named in the report.
-    spec = tmp_path / "s.yaml"
-    spec.write_text(
-        "name: s\nengine: sim\nmodel: Qwen/Qwen3-4B\nhardware: {gpu: H200}\n"
-        "arms:\n  - name: base\n    baseline: true\n  - name: ng\n    speculative:\n"
-        "      method: ngram\n      num_speculative_tokens: 4\n      acceptance: [0.8, 0.6, 0.1, 0.02]\n"
-        "workloads: [{name: r, dataset_name: random, random_input_len: 256, random_output_len: 64}]\n"
-        "loads: {concurrency: [1], num_prompts: 8}\n")
-    out = tmp_path / "out"
-    assert run_servelab("run", str(spec), "--out", str(out)).returncode == 0
+    out = _ngram_experiment(tmp_path, "{concurrency: [1], num_prompts: 8}")
     shipped = next(x for x in (out / "report.md").read_text().splitlines() if x.startswith("- ng on r:"))
     assert "paying at no batch" not in shipped
     cal = tmp_path / "host.json"
