@@ -30,7 +30,8 @@ log "modeldir rc=$?"
     sleep 5
   done ) &
 SAMPLER=$!
-for arm in nospec ngram-k2 ngram-k6 draft-k4 ngram-k4; do
+ARMS=${ARMS:-"nospec ngram-k2 ngram-k6 draft-k4 ngram-k4"}  # in order; the budget may stop the last
+for arm in $ARMS; do
   if [ $(( $(date +%s) - T0 )) -gt "$BUDGET_S" ]; then log "skip $arm: out of time"; continue; fi
   python3 -m servelab probe > "$R/probe-before-$arm.txt" 2>&1
   log "arm $arm"
