@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from servelab.routing.records import (
     NoFeedback,
+    ReadsNoPrompt,
     ReplicaView,
     RouteDecision,
     RouteRequest,
@@ -16,7 +17,7 @@ from servelab.routing.records import (
 )
 
 
-class RoundRobin(NoFeedback):
+class RoundRobin(NoFeedback, ReadsNoPrompt):
     """Each replica in turn, in configured order, skipping unhealthy ones (a replica that
     leaves does not shift the others' turns)."""
 
@@ -46,7 +47,7 @@ class RoundRobin(NoFeedback):
         return RouteDecision(pos, f"round robin: turn {pos} of {num_replicas}")
 
 
-class RandomChoice(NoFeedback):
+class RandomChoice(NoFeedback, ReadsNoPrompt):
     """A uniformly random healthy replica, from the injected RNG."""
 
     name = "random"
@@ -67,7 +68,7 @@ class RandomChoice(NoFeedback):
         return RouteDecision(self._rng.choice(range(num_replicas)), "random")
 
 
-class LeastRequests(NoFeedback):
+class LeastRequests(NoFeedback, ReadsNoPrompt):
     """The healthy replica with the fewest requests in flight (ties take turns)."""
 
     name = "least_requests"
@@ -83,7 +84,7 @@ class LeastRequests(NoFeedback):
         return RouteDecision(r.index, f"least requests: {r.in_flight} in flight")
 
 
-class PowerOfTwo(NoFeedback):
+class PowerOfTwo(NoFeedback, ReadsNoPrompt):
     """Two distinct healthy replicas drawn at random; the one with fewer in flight wins
     (the first drawn on a tie). Needs no global view, and never picks the busiest."""
 

@@ -17,6 +17,7 @@ from servelab.routing.balance import LeastRequests, PowerOfTwo, RandomChoice, Ro
 from servelab.routing.cache_aware import CacheAware
 from servelab.routing.records import (
     NoHealthyReplicaError,
+    ReadsNoPrompt,
     ReplicaView,
     RouteDecision,
     RouteRequest,
@@ -33,6 +34,7 @@ __all__ = [
     "RoutingPolicy",
     "make_policy",
     "policy_params",
+    "reads_prompt",
 ]
 
 _FACTORIES: dict[str, Callable[..., RoutingPolicy]] = {
@@ -57,6 +59,13 @@ def policy_params(name: str) -> dict[str, object]:
         for p in inspect.signature(factory).parameters.values()
         if p.kind is inspect.Parameter.KEYWORD_ONLY
     }
+
+
+def reads_prompt(name: str) -> bool:
+    """Whether policy `name` may read a request's prompt text (every policy but those
+    declaring `ReadsNoPrompt`)."""
+    factory = _factory(name)
+    return not (isinstance(factory, type) and issubclass(factory, ReadsNoPrompt))
 
 
 def make_policy(name: str, rng: random.Random, **params: object) -> RoutingPolicy:

@@ -129,6 +129,13 @@ def argmin_rotating(
     return tied[turn % len(tied)]
 
 
+class ReadsNoPrompt:
+    """Mixin for policies that never read `RouteRequest.prompt` (load balancers: round
+    robin, random, least requests...). A host may route such a policy's requests without
+    making their prompts' texts: the simulator then builds a random workload as token ids
+    alone (`servelab.sim.offline.prepare_workload`, `texts=False`)."""
+
+
 class NoFeedback:
     """Mixin for policies that learn nothing from finished requests."""
 

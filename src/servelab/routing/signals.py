@@ -13,6 +13,7 @@ from servelab.routing.records import (
     argmin_rotating,
     healthy_replicas,
     NoFeedback,
+    ReadsNoPrompt,
 )
 
 
@@ -29,7 +30,7 @@ class Ewma:
         self.value = x if self.value is None else self.value + self.alpha * (x - self.value)
 
 
-class LatencyAware:
+class LatencyAware(ReadsNoPrompt):
     """The replica with the lowest expected latency, (TTFT + itl_tokens x ITL) x (1 + in
     flight), from per-replica EWMAs (weight `alpha`) of successful requests. A replica
     without samples is scored with the best known EWMA, so new replicas get tried; with no
@@ -86,7 +87,7 @@ class LatencyAware:
             self._itl.setdefault(index, Ewma(self._alpha)).add(itl_ms)
 
 
-class KvAware(NoFeedback):
+class KvAware(NoFeedback, ReadsNoPrompt):
     """The replica with the lowest load, where load is
 
         max(in_flight, running + waiting) + kv_weight x kv_usage_frac

@@ -58,6 +58,7 @@ from servelab.metrics.records import RequestRecord
 from servelab.metrics.result import BenchResult, RunInfo
 from servelab.metrics.scrape import SpecDecodeStats, combine_spec_decode, spec_decode_stats
 from servelab.metrics.summary import SummaryOptions, summarize
+from servelab.routing.policies import reads_prompt
 from servelab.routing.records import NoFeedback, RouteRequest, count_chooser
 from servelab.sim.cluster import Cluster
 from servelab.sim.engine import RequestRejected, SimEngine, rejection_message
@@ -66,7 +67,12 @@ from servelab.sim.scheduler import ScheduledStep
 from servelab.sim.setup import SimOptions, build_cluster, fit_token_ids, kv_transfer
 from servelab.sim.speculative import SpecCounters
 from servelab.workload.arrivals import ArrivalOptions, schedule_s
-from servelab.workload.datasets import DatasetOptions, build_workload
+from servelab.workload.datasets import (
+    TOKEN_ONLY_DATASETS,
+    DatasetOptions,
+    build_token_workload,
+    build_workload,
+)
 from servelab.workload.request import RequestSpec
 from servelab.workload.tokenizer import load_tokenizer
 
@@ -983,23 +989,42 @@ BACKEND = "servelab-sim"
 
 @dataclass(frozen=True, slots=True)
 class PreparedWorkload:
-    """Requests as token ids plus their intended send times (s) and how they were made."""
+    """Requests as token ids plus their intended send times (s) and how they were made.
+    `texts`: whether the requests carry their prompts' texts (`route_text`); without them
+    only a routing policy that reads no prompt may route them (`simulate_prepared` checks)."""
 
     requests: list[OfflineRequest]
     intended_s: np.ndarray
     tokenizer_name: str
     tokenizer_source: str
     notes: tuple[str, ...]
+    texts: bool = True
 
     def __reduce__(self) -> tuple[type, tuple[object, ...]]:
         return by_fields(self)  # (compiled: `servelab.sim.native.by_fields`)
 
 
-def prepare_workload(dataset: DatasetOptions, seed: int, arrivals: ArrivalOptions) -> PreparedWorkload:
+def prepare_workload(dataset: DatasetOptions, seed: int, arrivals: ArrivalOptions,
+                     texts: bool = True) -> PreparedWorkload:
     """The workload `dataset` describes as the engines see it (`offline_requests`: token
     ids as arrays, the random dataset's shared with the workload rather than copied) and
-    its intended send times in seconds, drawn as bench draws them."""
+    its intended send times in seconds, drawn as bench draws them.
+
+    `texts=False`, for a routing policy that reads no prompt (`reads_prompt`): a dataset
+    that can be built as token ids alone (`TOKEN_ONLY_DATASETS`: random) is built so, its
+    requests' `route_text` empty; the same ids, output lengths, send times and notes
+    (tests/test_sim_token_workload.py), without the texts, which at a million random
+    prompts are 2.8 GB of fresh memory (seconds of system time on a VM). Other datasets
+    keep their texts."""
     tok = load_tokenizer(dataset.tokenizer)
+    if not texts and dataset.dataset_name in TOKEN_ONLY_DATASETS:
+        with _collector_paused():
+            tw = build_token_workload(dataset, tok, seed)
+            reqs = [OfflineRequest(i, ids, out) for i, (ids, out)
+                    in enumerate(zip(tw.token_ids, tw.output_lens))]
+        intended = np.asarray(schedule_s(tw, arrivals, np.random.default_rng(seed)))
+        return PreparedWorkload(reqs, intended, tw.tokenizer.name, tw.tokenizer.source,
+                                tuple(tw.notes), texts=False)
     with _collector_paused():
         wl = build_workload(dataset, tok, seed)
         reqs = offline_requests(wl.requests, tok, wl.token_ids)
@@ -1044,6 +1069,9 @@ def simulate_prepared(opts: SimOptions, wl: PreparedWorkload, seed: int,
                       trace: TraceWriter | None = None) -> tuple[OfflineRun, Any, int, int, str]:
     """(run, memory plan, max_model_len, preemptions, cost source) of one simulation with
     fresh engines."""
+    if not wl.texts and reads_prompt(opts.router_policy):
+        raise ValueError(f"routing policy {opts.router_policy} reads prompts: the workload "
+                         "must be prepared with its texts")
     cluster = build_cluster(opts, random.Random(seed))
     run = simulate(cluster, wl.requests, wl.intended_s, max_concurrency, num_warmups, trace)
     engine = cluster.engines[0]
@@ -1055,22 +1083,33 @@ def run_offline(opts: SimOptions, dataset: DatasetOptions, seed: int, arrivals: 
                 max_concurrency: int | None, num_warmups: int, summary_opts: SummaryOptions,
                 trace_path: Path | None, date: str, label: str | None = None,
                 metadata: dict[str, str] | None = None) -> OfflineOutcome:
-    """Build the workload, simulate it, summarise it like a bench run."""
-    wl = prepare_workload(dataset, seed, arrivals)
-    if trace_path is not None:
-        with trace_path.open("w") as fh:
+    """Build the workload, simulate it, summarise it like a bench run. The workload keeps
+    its prompts' texts only for a routing policy that reads them (`prepare_workload`).
+
+    The cyclic garbage collector stays paused throughout (restored after), not only in the
+    workload's build and the simulation: resumed between them, its first collections walk
+    every record, request and id array made while it was paused (all acyclic), a few
+    seconds at a million requests."""
+    with _collector_paused():
+        wl = prepare_workload(dataset, seed, arrivals, texts=reads_prompt(opts.router_policy))
+        if trace_path is not None:
+            with trace_path.open("w") as fh:
+                run, memory, mml, pre, source = simulate_prepared(opts, wl, seed, max_concurrency,
+                                                                  num_warmups, TraceWriter(fh))
+        else:
             run, memory, mml, pre, source = simulate_prepared(opts, wl, seed, max_concurrency,
-                                                              num_warmups, TraceWriter(fh))
-    else:
-        run, memory, mml, pre, source = simulate_prepared(opts, wl, seed, max_concurrency, num_warmups)
-    info = RunInfo.now(backend=BACKEND, label=label, model_id=opts.model,
-                       tokenizer_id=wl.tokenizer_name, num_prompts=len(wl.requests), metadata=metadata,
-                       arrivals=arrivals, max_concurrency=max_concurrency, seed=seed,
-                       tokenizer=wl.tokenizer_source, date=date)
-    result = summarize(run.records, run.duration_s, summary_opts).with_run(info)
-    if run.spec_decode is not None:
-        result = result.model_copy(update={"engine_spec_decode": run.spec_decode})
-    return OfflineOutcome(result, run, memory, mml, run.num_steps, pre, date, wl.notes, source)
+                                                              num_warmups)
+        info = RunInfo.now(backend=BACKEND, label=label, model_id=opts.model,
+                           tokenizer_id=wl.tokenizer_name, num_prompts=len(wl.requests),
+                           metadata=metadata, arrivals=arrivals, max_concurrency=max_concurrency,
+                           seed=seed, tokenizer=wl.tokenizer_source, date=date)
+        notes = wl.notes
+        # the requests' ids are read no more: their memory is free again for the summary's
+        del wl
+        result = summarize(run.records, run.duration_s, summary_opts).with_run(info)
+        if run.spec_decode is not None:
+            result = result.model_copy(update={"engine_spec_decode": run.spec_decode})
+        return OfflineOutcome(result, run, memory, mml, run.num_steps, pre, date, notes, source)
 
 
 # Text lines for `servelab sim run` beside bench's own result table.

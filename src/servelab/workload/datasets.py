@@ -8,6 +8,7 @@ options, tokenizer and seed give the same requests.
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -335,9 +336,60 @@ _BUILDERS: dict[str, Callable[[DatasetOptions, TokenizerHandle, int], _Built]] =
 def build_workload(opts: DatasetOptions, tokenizer: TokenizerHandle, seed: int) -> Workload:
     """Build the workload `opts` describes, counting tokens with `tokenizer`, seeded by `seed`."""
     built = _BUILDERS[opts.dataset_name](opts, tokenizer, seed)
-    notes = list(built.notes)
+    return Workload(built.requests, tokenizer.info, opts.dataset_name, seed, _notes(opts, built.notes),
+                    built.arrival_s, built.sessions, built.token_ids)
+
+
+def _notes(opts: DatasetOptions, built: list[str]) -> list[str]:
+    notes = list(built)
     if opts.no_stream:
         notes.append("--no-stream: accepted and meaningless here (vLLM's flag for streaming "
                      "hub datasets; servelab reads local files whole)")
-    return Workload(built.requests, tokenizer.info, opts.dataset_name, seed, notes,
-                    built.arrival_s, built.sessions, built.token_ids)
+    return notes
+
+
+# Datasets whose requests `build_token_workload` builds as token ids alone: those that
+# compute the ids while building (random); every other one reads or makes texts first.
+TOKEN_ONLY_DATASETS: tuple[str, ...] = ("random",)
+
+
+@dataclass(slots=True)
+class TokenWorkload:
+    """A workload without texts, for a consumer that reads only token ids (the simulator
+    behind a routing policy that reads no prompt): request i's prompt is `token_ids[i]`,
+    exactly `build_workload`'s `token_ids[i]` (its length the request's `prompt_len`), and
+    it asks for `output_lens[i]` tokens. The rest as `Workload`'s; such a workload carries
+    no send times or sessions of its own (`arrival_s`, `sessions`: `schedule_s` draws the
+    times as for the `Workload`)."""
+
+    token_ids: list[array]
+    output_lens: list[int]
+    tokenizer: TokenizerInfo
+    dataset_name: str
+    seed: int
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def requests(self) -> list[array]:
+        """One entry per request, what `schedule_s` counts: its prompt's ids."""
+        return self.token_ids
+
+    @property
+    def arrival_s(self) -> None:
+        return None
+
+    @property
+    def sessions(self) -> None:
+        return None
+
+
+def build_token_workload(opts: DatasetOptions, tokenizer: TokenizerHandle, seed: int) -> TokenWorkload:
+    """`build_workload` of a dataset of `TOKEN_ONLY_DATASETS` as token ids alone: the same
+    ids, output lengths, notes and generator draws, no text kept (a million random prompts'
+    texts are 2.8 GB)."""
+    if opts.dataset_name not in TOKEN_ONLY_DATASETS:
+        raise ValueError(f"--dataset-name {opts.dataset_name} is built from texts "
+                         f"(token ids alone: {', '.join(TOKEN_ONLY_DATASETS)})")
+    prompts = synthetic.random_prompt_ids(random_shape(opts), tokenizer, np.random.default_rng(seed))
+    return TokenWorkload(prompts.token_ids, prompts.output_lens, tokenizer.info, opts.dataset_name,
+                         seed, _notes(opts, []))

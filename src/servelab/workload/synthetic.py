@@ -111,6 +111,43 @@ def random_requests_and_ids(
     return out, ids
 
 
+@dataclass(frozen=True, slots=True)
+class RandomPrompts:
+    """The random dataset without its texts: request i's prompt token ids `token_ids[i]`
+    (`tok.encode` of the text `random_requests_and_ids` makes for it, as an array of
+    `tok.id_typecode()`; its length is the request's `prompt_len`) and its `output_lens[i]`."""
+
+    token_ids: list[array]
+    output_lens: list[int]
+
+
+def random_prompt_ids(opts: RandomShape, tok: TokenizerHandle,
+                      rng: np.random.Generator) -> RandomPrompts:
+    """`random_requests_and_ids`'s ids and output lengths, the same draws from `rng`, for a
+    consumer that reads no text (the simulator behind a routing policy that reads no
+    prompt): where the windows are spliced (`WindowFitter`), no text is made but the few
+    that a retry decodes, and none is kept (at a million prompts of ~220 tokens the texts
+    are 2.8 GB of fresh memory, seconds of system time on a VM, that nothing reads)."""
+    maker = TextMaker(tok, rng)
+    input_lens, output_lens, offsets, prefix = _random_draws(opts, maker, rng)
+    windows = WindowFitter.build(maker, tok) if prefix is None else None
+    if windows is not None:
+        starts = _window_starts(offsets, len(maker.alphabet))
+        ids = [windows.fit_ids(start, m) for start, m in zip(starts, input_lens.tolist())]
+    else:  # texts are needed to fit these (batched, as `spliced=False`); each is dropped
+        ids = []
+        for fitted in _fitted_prompts(maker, tok, input_lens, offsets, prefix, False):
+            assert isinstance(fitted.ids, array)  # (`_fitted_prompts` makes arrays)
+            ids.append(fitted.ids)
+    return RandomPrompts(ids, output_lens.tolist())
+
+
+def _window_starts(offsets: np.ndarray, alphabet_len: int) -> list[int]:
+    """Request i's first try starts at the alphabet's position `offsets[i] + i` (mod its
+    length)."""
+    return ((offsets + np.arange(len(offsets))) % alphabet_len).tolist()
+
+
 def _fitted_prompts(maker: TextMaker, tok: TokenizerHandle, input_lens: np.ndarray,
                     offsets: np.ndarray, prefix: Fitted | None, spliced: bool) -> Iterator[Fitted]:
     """Request i's fitted prompt, in order, its ids an array of `tok.id_typecode()`: its
@@ -120,8 +157,7 @@ def _fitted_prompts(maker: TextMaker, tok: TokenizerHandle, input_lens: np.ndarr
     windows = WindowFitter.build(maker, tok) if spliced and prefix is None else None
     if windows is not None:
         # the same fits, spliced from a few encodings of the alphabet's text
-        starts = ((offsets + np.arange(n)) % alphabet_len).tolist()
-        for start, m in zip(starts, input_lens.tolist()):
+        for start, m in zip(_window_starts(offsets, alphabet_len), input_lens.tolist()):
             yield windows.fit(start, m)
         return
     typecode = tok.id_typecode()

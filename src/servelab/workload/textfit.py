@@ -174,7 +174,26 @@ class WindowFitter:
 
     def fit(self, start: int, n: int) -> Fitted:
         """`maker.fit(n, None, [alphabet[(start + t) % A] for t in range(n)])`, its ids an
-        array of `tok.id_typecode()`, for `0 <= start < A`.
+        array of `tok.id_typecode()`, for `0 <= start < A`."""
+        got = self._window(start, n)
+        if isinstance(got, Fitted):
+            return got
+        text = self._text
+        # one slice of the long text where the body is one (no second copy)
+        body = text[got.start:got.end] if got.end >= 0 else text[got.start:got.bound_at] + got.tail
+        return Fitted(body, got.ids)
+
+    def fit_ids(self, start: int, n: int) -> array:
+        """`fit(start, n).ids`, the same ids and draws, without making the text where the
+        splice covers the window (a million prompts' texts are 2.8 GB that a caller
+        reading only ids would fill and never read)."""
+        ids = self._window(start, n).ids
+        assert isinstance(ids, array)  # (`_resume` makes an array too)
+        return ids
+
+    def _window(self, start: int, n: int) -> Fitted | _Spliced:
+        """The fitted window: where the splice covers it, its ids and where its text lies
+        in the long text; else what `TextMaker.resume` made.
 
         `TextMaker._settle`'s loop on the window's body: the text from its start to bound
         `ik` + `sstr` (the window's tail at first), encoded as `head` (up to bound `i1`) +
@@ -187,15 +206,13 @@ class WindowFitter:
         ik, sstr, sids, send = self._tails[start + n] or self._tail(start + n)
         if i1 > ik:  # no forced boundary inside the window
             return self._resume(n, [self._alphabet[(start + t) % period] for t in range(n)], 0)
-        text, bounds, flat, starts = self._text, self._bounds, self._flat, self._starts
+        bounds, flat, starts = self._bounds, self._flat, self._starts
         a, s1, hl = self._cum[start], starts[i1], len(head)
         for attempt in range(_FRESH_EVERY):
             j = hl + starts[ik] - s1  # tokens before bound ik
             have = j + len(sids)
             if have == n:
-                # one slice of the long text where the body is one (no second copy)
-                body = text[a:send] if send >= 0 else text[a:bounds[ik]] + sstr
-                return Fitted(body, head + flat[s1:starts[ik]] + sids)
+                return _Spliced(head + flat[s1:starts[ik]] + sids, a, send, bounds[ik], sstr)
             if attempt == _FRESH_EVERY - 1:
                 break
             if have > n:
@@ -279,6 +296,17 @@ class WindowFitter:
     def _resume(self, n: int, ids: list[int], attempt: int) -> Fitted:
         fitted = self._maker.resume(n, ids, attempt)
         return Fitted(fitted.text, array(self._typecode, fitted.ids))
+
+
+class _Spliced(NamedTuple):
+    """A window fitted by the splice: its `ids`, and its text, which is the long text from
+    character `start` to `end` when `end` >= 0, else from `start` to `bound_at` + `tail`."""
+
+    ids: array
+    start: int
+    end: int
+    bound_at: int
+    tail: str
 
 
 class _Tail(NamedTuple):
