@@ -19,7 +19,7 @@ routing policy asked through a view per replica, no decode stretch taken in one 
 replica simulated alone); the bench
 checks that both give identical records and prints the speed-up. Case 1 also runs a third
 time, stepwise, with the operator cost model's caches switched off (per token count,
-per sequence count, and a decode step's per-batch parts: every step prices every kernel
+per sequence count, per step shape, and a decode step's per-batch parts: every step prices every kernel
 again), so that ratio shows what pricing each distinct step shape once buys. Workload building
 (tokenising, drawing lengths) is outside the timings.
 
@@ -205,6 +205,7 @@ def main() -> None:
             for e in slow_cluster.engines:
                 ops = e.cost.ops  # type: ignore[attr-defined]
                 ops._per_tokens, ops._per_seqs, ops._decode_attn = _NoCache(), _NoCache(), _NoCache()
+                ops._shapes = _NoCache()
                 e.cost._decode_parts = _NoCache()  # type: ignore[attr-defined]
             slow, slow_wall = _timed(slow_cluster, wl.requests, wl.intended_s, 10, stepwise=True)
             _report("   baseline: every kernel priced on every step", slow, slow_wall)

@@ -34,6 +34,7 @@ from servelab.sim.cost import (
 )
 from servelab.sim.kernel_profile import KernelProfile
 from servelab.sim.kernels import DatasheetKernels, ProfiledKernels, _Curve, kernel_family
+from servelab.sim import operators
 from servelab.sim.operators import OperatorModel
 from servelab.sim.scheduler import ScheduledStep
 
@@ -240,6 +241,51 @@ def test_a_verification_step_past_the_rounded_graphs_launches_every_kernel() -> 
     p = v2.parts(_verify(101))
     assert (p.launches, p.pieces) == (2 * 40 + 8, 40) and v2.ops.padded(505, uniform_decode=True) == 512
     assert v2.parts(_verify(100)).launches == 1 and v2._launch_s == pytest.approx(30e-6)
+
+
+# (decode seqs, their context, prefill tokens, its cached context, prefill chunks): the same
+# shapes again at other decode contexts, and a step of nothing
+_SHAPES = [(8, 8 * 300, 220, 0, 1), (8, 8 * 900, 220, 0, 1), (0, 0, 4096, 3000, 3),
+           (31, 31 * 2000, 1500, 6000, 2), (8, 8 * 5, 220, 0, 1), (31, 31 * 40, 1500, 6000, 2),
+           (16, 16 * 700, 0, 0, 0), (0, 0, 0, 0, 0), (16, 16 * 9000, 0, 0, 0)]
+
+
+@pytest.mark.parametrize("name", ["Qwen/Qwen3-14B", "google/gemma-3-12b-it"])
+def test_a_step_shape_priced_once_costs_what_it_costs_priced_afresh(name: str) -> None:
+    # Every figure of a shape but its decode attention is kept from its first step; a step
+    # of a kept shape at another context is priced, float for float, as by a model that
+    # never saw it (gemma: full and sliding layers, each prefill term added in order).
+    model = load_model(name, None)
+    kept = OperatorModel(model, H200, EngineArgs(), kernel_times(H200, None))
+    for shape in _SHAPES:
+        fresh = OperatorModel(model, H200, EngineArgs(), kernel_times(H200, None))
+        assert kept.parts(*shape) == fresh.parts(*shape)
+    assert kept.parts(8, 8 * 300, 220, 0, 1) != kept.parts(8, 8 * 900, 220, 0, 1)
+    assert len(kept._shapes) == 5  # nine steps, five shapes
+
+
+def test_the_shape_memo_starts_again_when_full(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(operators, "SHAPES_KEPT", 3)
+    model = load_model("Qwen/Qwen3-14B", None)
+    kept = OperatorModel(model, H200, EngineArgs(), kernel_times(H200, None))
+    for shape in _SHAPES:
+        assert kept.parts(*shape) == OperatorModel(model, H200, EngineArgs(), kernel_times(H200, None)).parts(*shape)
+        assert len(kept._shapes) <= 3
+
+
+def test_a_model_with_another_draft_length_keeps_its_own_shapes() -> None:
+    # Known answers: 3 sequences verifying 4 drafts each (15 tokens) pad to a full graph of
+    # 16 tokens with the plain graph sizes and of 20 with K = 4's (5, 10, 20, 25, ...); the
+    # copy made for K = 4 must not answer from the shapes its original priced.
+    model = load_model("Qwen/Qwen3-14B", None)
+    verify = (3, 900, 0, 0, 0, 12, False)
+    plain = OperatorModel(model, H200, EngineArgs(), kernel_times(H200, None))
+    before = plain.parts(*verify)
+    k4 = plain.with_draft_length(4)
+    assert k4.parts(*verify) == OperatorModel(model, H200, EngineArgs(), kernel_times(H200, None),
+                                              num_speculative_tokens=4).parts(*verify)
+    assert (plain.padded(15, uniform_decode=True), k4.padded(15, uniform_decode=True)) == (16, 20)
+    assert k4.parts(*verify) != before == plain.parts(*verify)
 
 
 def test_vllms_v1_runner_refuses_a_draft_length_no_graph_holds() -> None:

@@ -37,7 +37,8 @@ fixed CPU cost per step and per scheduled sequence, a global scale on kernel tim
 engine sees a request.
 
 Speed: everything that depends only on the step's token count is computed once per count
-and cached (at most `max_num_batched_tokens` entries); attention is interpolated per step.
+and cached (at most `max_num_batched_tokens` entries), a step's whole price but its decode
+context once per shape (`_Shape`), and decode attention is interpolated per step.
 """
 
 from __future__ import annotations
@@ -72,6 +73,30 @@ class StepParts:
     def total_s(self) -> float:
         """Kernel seconds (the GPU's work)."""
         return self.linear_s + self.attention_s
+
+
+@dataclass(frozen=True, slots=True)
+class _Shape:
+    """A step's price but for its decode sequences' context: what `OperatorModel.parts`
+    works out once per shape (decode sequences, prefill tokens, their cached context and
+    chunks, drafts, graphs) while the context grows from step to step."""
+
+    linear_s: float
+    decode: Callable[[int], float] | None  # decode attention over the context tokens in all
+    prefill_s: tuple[float, ...]           # prefill attention's terms, added after it in order
+    launches: int
+    pieces: int
+
+    def parts(self, decode_ctx: int) -> StepParts:
+        t = self.decode(decode_ctx) if self.decode is not None else 0.0
+        for term in self.prefill_s:
+            t += term
+        return StepParts(self.linear_s, t, self.launches, self.pieces)
+
+
+# Shapes `OperatorModel.parts` keeps (a fleet's million requests make tens of thousands;
+# beyond this many the memo starts again rather than grow with every step).
+SHAPES_KEPT = 1 << 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +153,7 @@ class OperatorModel:
         self._per_tokens: dict[int, float] = {}
         self._per_seqs: dict[int, float] = {}
         self._decode_attn: dict[int, Callable[[int], float]] = {}
+        self._shapes: dict[tuple[int, int, int, int, int, bool | None], _Shape] = {}
         if model.is_mla:
             # MLA decode attends in the latent space: one "head" of the latent width per query
             self.attn_kv_heads, self.attn_head_dim = 1, model.kv_lora_rank + model.qk_rope_head_dim
@@ -152,9 +178,11 @@ class OperatorModel:
 
     def with_draft_length(self, k: int) -> OperatorModel:
         """This model with vLLM's graph sizes for k speculative tokens (the kernel-time
-        caches, keyed by token counts, are shared)."""
+        caches, keyed by token counts, are shared; its steps' shapes pad and launch
+        otherwise, so it keeps its own)."""
         other = copy.copy(self)
         other.capture, other.full_capture = self._graph_sizes(k)
+        other._shapes = {}
         return other
 
     def describe(self) -> str:
@@ -286,19 +314,29 @@ class OperatorModel:
     def attention_s(self, decode_seqs: int, decode_ctx: int, prefill_tokens: int,
                     prefill_ctx: int, prefill_seqs: int) -> float:
         """Attention seconds of one step on one GPU of one stage."""
+        t = self.decode_attention(decode_seqs)(decode_ctx) if decode_seqs else 0.0
+        for term in self._prefill_attention(prefill_tokens, prefill_ctx, prefill_seqs):
+            t += term
+        return t
+
+    def _prefill_attention(self, prefill_tokens: int, prefill_ctx: int,
+                           prefill_seqs: int) -> tuple[float, ...]:
+        """A step's prefill attention seconds, full layers' then sliding layers' (each term
+        there is), which `attention_s` adds to its decode attention in that order."""
+        if not prefill_tokens:
+            return ()
         k = self.kernels
         qh, kvh = self.q_heads, self.attn_kv_heads
-        t = self.decode_attention(decode_seqs)(decode_ctx) if decode_seqs else 0.0
-        if prefill_tokens:
-            chunks = max(1, prefill_seqs)
-            q = max(1, round(prefill_tokens / chunks))
-            cached = max(0.0, prefill_ctx / prefill_tokens - (q + 1) / 2.0)
-            if self.full_layers:
-                t += self.full_layers * chunks * k.attn_prefill_s(q, cached, qh, kvh, self.model.head_dim)
-            if self.sliding_layers:
-                win = min(cached, max(0.0, self.window - q)) if self.window else cached
-                t += self.sliding_layers * chunks * k.attn_prefill_s(q, win, qh, kvh, self.model.head_dim)
-        return t
+        chunks = max(1, prefill_seqs)
+        q = max(1, round(prefill_tokens / chunks))
+        cached = max(0.0, prefill_ctx / prefill_tokens - (q + 1) / 2.0)
+        terms: list[float] = []
+        if self.full_layers:
+            terms.append(self.full_layers * chunks * k.attn_prefill_s(q, cached, qh, kvh, self.model.head_dim))
+        if self.sliding_layers:
+            win = min(cached, max(0.0, self.window - q)) if self.window else cached
+            terms.append(self.sliding_layers * chunks * k.attn_prefill_s(q, win, qh, kvh, self.model.head_dim))
+        return tuple(terms)
 
     def decode_attention(self, seqs: int) -> Callable[[int], float]:
         """Attention seconds of `seqs` decoding sequences on one GPU of one stage over their
@@ -360,13 +398,30 @@ class OperatorModel:
         GEMM rows and logit rows; their attention is the decode's (a handful of queries per
         sequence against its KV: the kernel reads the same KV bytes). `piecewise` says the
         batch runs piecewise graphs (default: when it holds a prefill); vLLM replays a full
-        graph only for uniform decode batches."""
+        graph only for uniform decode batches.
+
+        All but the decode attention's context is worked out once per shape and kept
+        (`_Shape`): a fleet prices a million prefill steps, mostly of shapes seen before.
+        The sums are the same, in the same order, as without the memo."""
+        key = (decode_seqs, prefill_tokens, prefill_ctx, prefill_seqs, draft_tokens, piecewise)
+        shape = self._shapes.get(key)
+        if shape is None:
+            if len(self._shapes) >= SHAPES_KEPT:
+                self._shapes.clear()
+            shape = self._shape(decode_seqs, prefill_tokens, prefill_ctx, prefill_seqs,
+                                draft_tokens, piecewise)
+            self._shapes[key] = shape
+        return shape.parts(decode_ctx)
+
+    def _shape(self, decode_seqs: int, prefill_tokens: int, prefill_ctx: int, prefill_seqs: int,
+               draft_tokens: int, piecewise: bool | None) -> _Shape:
         tokens = decode_seqs + draft_tokens + prefill_tokens
         if tokens == 0:
-            return StepParts(0.0, 0.0, 0)
+            return _Shape(0.0, None, (), 0, 0)
         mixed = prefill_tokens > 0 if piecewise is None else piecewise
         linear = self.tokens_s(self.padded(tokens, uniform_decode=not mixed))
         if self.pp == 1:  # with PP the first and last stages' own work is `ends_s`
             linear += self.seqs_s(decode_seqs + draft_tokens + prefill_seqs)
-        attn = self.attention_s(decode_seqs, decode_ctx, prefill_tokens, prefill_ctx, prefill_seqs)
-        return StepParts(linear, attn, *self.launches(tokens, mixed))
+        decode = self.decode_attention(decode_seqs) if decode_seqs else None
+        prefill = self._prefill_attention(prefill_tokens, prefill_ctx, prefill_seqs)
+        return _Shape(linear, decode, prefill, *self.launches(tokens, mixed))
