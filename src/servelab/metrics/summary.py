@@ -287,13 +287,18 @@ class _Gaps:
     def gather(cls, per_record: list[Sequence[float]]) -> _Gaps:
         """The gaps of each record's `itl_ms`, a list of floats or an `array('d')`."""
         lens = np.fromiter(map(len, per_record), np.int64, len(per_record))
-        buf = array("d")
-        for gaps in per_record:
+        starts = np.cumsum(lens) - lens
+        # One buffer of the final size, filled in place: an array('d') grown by `extend`
+        # is reallocated as it grows, and its pages are mapped 4 KiB at a time where
+        # numpy's large buffers are mapped in huge pages (200 M gaps: 3.3 -> 1.2 s here,
+        # most of it the system's page faults).
+        values = np.empty(int(lens.sum()))
+        into = memoryview(values)
+        for gaps, at, n in zip(per_record, starts.tolist(), lens.tolist()):
             # array('d'): one memcpy; a list: converted float by float in C. Either way no
             # Python float is made.
-            buf.extend(gaps)
-        values = np.frombuffer(buf, dtype=np.float64) if len(buf) else np.zeros(0)
-        return cls(values, lens, np.cumsum(lens) - lens)
+            into[at : at + n] = gaps if isinstance(gaps, array) else array("d", gaps)
+        return cls(values, lens, starts)
 
     def seconds_per_record(self) -> tuple[tuple[float, ...], ...]:
         """Each record's gaps in seconds (g / 1000.0) as tuples of Python floats, a block of
@@ -321,13 +326,12 @@ def _gap_figures(ok: list[RequestRecord], out_lens: np.ndarray, tpots: np.ndarra
     values = gaps.values
     firsts_at = gaps.starts[gaps.lens > 0]  # each request's first gap, where it has one
     mean_first_itl_ms = float(np.mean(values[firsts_at])) if firsts_at.size else None
-    scratch = np.empty(values.size)  # the one buffer besides the values (`_latency_stats`)
-    itl = _latency_stats(values, pct, scratch)
-    # every gap but the first, in order (what np.delete gives), into the work buffer; the
-    # values, read no more, are then the work buffer of its statistics: at 200 M gaps a
-    # third buffer would be 1.6 GB of fresh pages (seconds of system time on a VM)
-    later = _without(values, firsts_at, scratch)
-    excl_first = _latency_stats(later, pct, values)
+    itl = _latency_stats(values, pct)
+    # every gap but the first, in order (what np.delete gives), compacted within the values
+    # themselves, which nothing reads afterwards: at 200 M gaps a second buffer would be
+    # 1.6 GB of fresh pages (seconds of system time on a VM)
+    later = _compact(values, firsts_at)
+    excl_first = _latency_stats(later, pct)
     traps = _traps(
         ok, out_lens, tpots, tpot_lens,
         mean_first_itl_ms=mean_first_itl_ms,
@@ -336,21 +340,21 @@ def _gap_figures(ok: list[RequestRecord], out_lens: np.ndarray, tpots: np.ndarra
     return itl, traps
 
 
-_COMPACT_BLOCK = 1 << 20  # values per block in `_without` (8 MiB of float64)
+_COMPACT_BLOCK = 1 << 20  # values per block in `_compact` (8 MiB of float64)
 
 
-def _without(values: np.ndarray, drop_at: np.ndarray, out: np.ndarray) -> np.ndarray:
-    """`np.delete(values, drop_at)` (distinct positions) written into the start of `out`,
-    a block at a time: np.delete, and np.compress even with `out`, make temporaries as
-    large as the values (an index or a copy of the result; at 200 M gaps 1.6 GB each)."""
+def _compact(values: np.ndarray, drop_at: np.ndarray) -> np.ndarray:
+    """`np.delete(values, drop_at)` (distinct positions) written over the start of `values`
+    a block at a time, and returned as that view: np.delete, and np.compress even with
+    `out`, make an index or a copy as large as the values."""
     keep = np.ones(values.size, bool)
     keep[drop_at] = False
     at = 0
     for a in range(0, values.size, _COMPACT_BLOCK):
-        got = values[a : a + _COMPACT_BLOCK][keep[a : a + _COMPACT_BLOCK]]
-        out[at : at + got.size] = got
+        got = values[a : a + _COMPACT_BLOCK][keep[a : a + _COMPACT_BLOCK]]  # a copy
+        values[at : at + got.size] = got
         at += got.size
-    return out[:at]
+    return values[:at]
 
 
 # Requests whose TPOT is one or two gaps: "short" for the TPOT-skew trap.
@@ -387,33 +391,137 @@ def _traps(ok: list[RequestRecord], out_lens: np.ndarray, tpots: np.ndarray,
     )
 
 
-def _latency_stats(values_ms: np.ndarray, percentiles: tuple[float, ...],
-                   scratch: np.ndarray | None = None) -> LatencyStats:
-    """Mean, median, population std and `percentiles` of `values_ms`: numpy's figures, as
-    vLLM computes them, bit for bit. np.median, np.std and np.percentile would each work on
-    a fresh temporary as large as the values (at 200 M gaps 1.6 GB, whose every page the OS
-    maps anew: seconds on a VM); here they share one buffer, `scratch` when given (float64,
-    at least as long as the values). The std is np.std's own arithmetic (numpy's `_var`:
-    the mean as the pairwise sum / n, the deviations squared in place, their pairwise sum /
-    n, its root) on the values in their order; the median and percentiles are order
-    statistics, the same from a buffer any earlier call partitioned."""
+def _latency_stats(values_ms: np.ndarray, percentiles: tuple[float, ...]) -> LatencyStats:
+    """Mean, median, population std and `percentiles` of `values_ms`: the figures np.mean,
+    np.median, np.std and np.percentile give, as vLLM computes them, bit for bit.
+
+    Above `_SELECT_FROM` finite values they are worked out without a copy of the values and
+    without partitioning them all (at 200 M gaps a copy is 1.6 GB of fresh pages, each a
+    fault on a VM, and each of np.median and np.percentile partitions all 200 M): the
+    mean is numpy's pairwise sum / n; the std np.std's arithmetic, the deviations from that
+    mean squared and summed pairwise as numpy splits the sum (`_sum_sq_dev`), / n, its
+    root; the median and percentiles the order statistics np.median and np.percentile
+    read (`_order_stats`), combined as they combine them (the mean of the middle two; the
+    linear method's ranks and interpolation, `_percentile_ranks` and `_lerp`).
+    tests/test_metrics_summary_numpy.py holds both ways to numpy's own figures."""
     # vLLM feeds numpy `values or 0`: an empty list yields 0 for every statistic.
     arr = np.asarray(values_ms, np.float64) if values_ms.size else np.zeros(1)
     n = arr.size
-    work = np.empty(n) if scratch is None or scratch.size < n else scratch[:n]
     mean = np.add.reduce(arr) / n
-    np.subtract(arr, mean, out=work)
-    np.multiply(work, work, out=work)
-    std = np.sqrt(np.add.reduce(work) / n)
-    np.copyto(work, arr)
-    # all percentiles from one partition (each the value its own call gives)
-    at = np.percentile(work, percentiles, overwrite_input=True).tolist() if percentiles else []
+    if n <= _SELECT_FROM or not math.isfinite(mean):
+        at = np.percentile(arr, percentiles).tolist() if percentiles else []
+        median, std = float(np.median(arr)), float(np.std(arr))
+    else:
+        std = math.sqrt(_sum_sq_dev(arr, mean) / n)
+        q = np.true_divide(np.asarray(percentiles, np.float64), 100)  # as np.percentile
+        virtual = ((n - 1) * q).tolist()  # the linear method's index
+        below = [_percentile_ranks(v, n) for v in virtual]
+        mid = [n // 2 - 1, n // 2] if n % 2 == 0 else [(n - 1) // 2]
+        value = _order_stats(arr, [*mid, *(r for pair in below for r in pair)])
+        median = (value[mid[0]] + value[mid[1]]) / 2 if n % 2 == 0 else value[mid[0]]
+        at = [_lerp(value[a], value[b], v - a if v < n - 1 else v + 1)
+              for v, (a, b) in zip(virtual, below)]
     return LatencyStats(
         mean_ms=float(mean),
-        median_ms=float(np.median(work, overwrite_input=True)),
+        median_ms=median,
         std_ms=float(std),
         percentiles=tuple(PercentileValue(percentile=p, value_ms=v) for p, v in zip(percentiles, at)),
     )
+
+
+# Values from which `_latency_stats` selects its order statistics rather than have numpy
+# partition a copy (below it the copies are small and numpy's own calls are the figures).
+_SELECT_FROM = 1 << 18
+_PAIRWISE_LEAF = 1 << 16  # values a leaf of `_sum_sq_dev` squares in its buffer (512 KiB)
+
+
+def _sum_sq_dev(arr: np.ndarray, mean: float) -> float:
+    """np.add.reduce((arr - mean) ** 2), the squares never held at once: numpy sums a
+    contiguous float64 array pairwise, halving it at n / 2 rounded down to a multiple of 8
+    until 128 values or fewer remain; this splits the same way down to leaves of at most
+    `_PAIRWISE_LEAF` values, each squared into one buffer and summed by numpy (the same
+    sums, added in the same order)."""
+    buf = np.empty(min(arr.size, _PAIRWISE_LEAF))
+
+    def total(lo: int, n: int) -> float:
+        if n <= _PAIRWISE_LEAF:
+            work = buf[:n]
+            np.subtract(arr[lo : lo + n], mean, out=work)
+            np.multiply(work, work, out=work)
+            return float(np.add.reduce(work))
+        half = n // 2
+        half -= half % 8
+        return total(lo, half) + total(lo + half, n - half)
+
+    return total(0, arr.size)
+
+
+def _percentile_ranks(virtual: float, n: int) -> tuple[int, int]:
+    """The order statistics np.percentile's linear method reads at index `virtual` of `n`
+    values (numpy's `_get_indexes`): floor and floor + 1, both the largest from n - 1 on."""
+    if virtual >= n - 1:
+        return n - 1, n - 1
+    lo = max(0, math.floor(virtual))
+    return lo, lo + 1
+
+
+def _lerp(a: float, b: float, t: float) -> float:
+    """numpy's `_lerp`: a + (b - a) t, or b - (b - a)(1 - t) from t = 0.5 on."""
+    diff = b - a
+    return b - diff * (1 - t) if t >= 0.5 else a + diff * t
+
+
+_SAMPLE = 1 << 16  # values `_order_stats` samples to bound each rank
+_SELECT_BLOCK = 1 << 20  # values per block of its pass (8 MiB)
+
+
+def _order_stats(arr: np.ndarray, ranks: Sequence[int]) -> dict[int, float]:
+    """The k-th smallest of `arr` (0-based) for each k in `ranks`, what a partition at k
+    puts at k, from one pass over `arr` that neither copies nor reorders it: a sample of
+    every (n / `_SAMPLE`)-th value bounds each rank by value (a margin of at least 8
+    standard errors of the sample's quantile either side), the pass counts the values
+    below each window and keeps those inside it, and only those are partitioned. A window
+    that does not hold its rank (a sample aliasing some period of the values) leaves the
+    ranks to a partition of a copy: slower, the same answer."""
+    n = arr.size
+    wanted = sorted(set(ranks))
+    sample = np.sort(arr[:: max(1, n // _SAMPLE)])
+    m = sample.size
+    margin = 4 * math.isqrt(m) + 16
+    windows: list[tuple[float, float, list[int]]] = []  # (low, high, its ranks)
+    for k in wanted:
+        at = k * m // n
+        lo = float(sample[at - margin]) if at - margin >= 0 else -math.inf
+        hi = float(sample[at + margin]) if at + margin < m else math.inf
+        if windows and lo <= windows[-1][1]:  # overlapping: one window for both
+            windows[-1] = (windows[-1][0], hi, [*windows[-1][2], k])
+        else:
+            windows.append((lo, hi, [k]))
+    below = [0] * len(windows)
+    inside: list[list[np.ndarray]] = [[] for _ in windows]
+    ge = np.empty(min(n, _SELECT_BLOCK), bool)
+    le = np.empty(min(n, _SELECT_BLOCK), bool)
+    for a in range(0, n, _SELECT_BLOCK):
+        block = arr[a : a + _SELECT_BLOCK]
+        above_lo, in_window = ge[: block.size], le[: block.size]
+        for w, (lo, hi, _) in enumerate(windows):
+            np.greater_equal(block, lo, out=above_lo)
+            below[w] += block.size - int(np.count_nonzero(above_lo))
+            np.less_equal(block, hi, out=in_window)
+            np.logical_and(above_lo, in_window, out=in_window)
+            inside[w].append(block[in_window])
+    out: dict[int, float] = {}
+    for (_, _, mine), count, parts in zip(windows, below, inside):
+        held = np.concatenate(parts)
+        local = [k - count for k in mine]
+        if not all(0 <= j < held.size for j in local):
+            break
+        held.partition(local)
+        out.update((k, float(held[j])) for k, j in zip(mine, local))
+    if len(out) < len(wanted):
+        part = np.partition(arr, wanted)
+        return {k: float(part[k]) for k in wanted}
+    return out
 
 
 def _count_good(ttfts: np.ndarray, tpots: np.ndarray, e2els: np.ndarray,
