@@ -415,12 +415,12 @@ def _latency_stats(values_ms: np.ndarray, percentiles: tuple[float, ...]) -> Lat
         std = math.sqrt(_sum_sq_dev(arr, mean) / n)
         q = np.true_divide(np.asarray(percentiles, np.float64), 100)  # as np.percentile
         virtual = ((n - 1) * q).tolist()  # the linear method's index
-        below = [_percentile_ranks(v, n) for v in virtual]
+        ranks = [_percentile_ranks(v, n) for v in virtual]
         mid = [n // 2 - 1, n // 2] if n % 2 == 0 else [(n - 1) // 2]
-        value = _order_stats(arr, [*mid, *(r for pair in below for r in pair)])
+        value = _order_stats(arr, [*mid, *(r for pair in ranks for r in pair)])
         median = (value[mid[0]] + value[mid[1]]) / 2 if n % 2 == 0 else value[mid[0]]
-        at = [_lerp(value[a], value[b], v - a if v < n - 1 else v + 1)
-              for v, (a, b) in zip(virtual, below)]
+        # (from n - 1 on both ranks are the largest value, which any weight returns)
+        at = [_lerp(value[a], value[b], v - a) for v, (a, b) in zip(virtual, ranks)]
     return LatencyStats(
         mean_ms=float(mean),
         median_ms=median,

@@ -311,18 +311,10 @@ class OperatorModel:
         return t
 
     # -- per step -----------------------------------------------------------------------
-    def attention_s(self, decode_seqs: int, decode_ctx: int, prefill_tokens: int,
-                    prefill_ctx: int, prefill_seqs: int) -> float:
-        """Attention seconds of one step on one GPU of one stage."""
-        t = self.decode_attention(decode_seqs)(decode_ctx) if decode_seqs else 0.0
-        for term in self._prefill_attention(prefill_tokens, prefill_ctx, prefill_seqs):
-            t += term
-        return t
-
     def _prefill_attention(self, prefill_tokens: int, prefill_ctx: int,
                            prefill_seqs: int) -> tuple[float, ...]:
         """A step's prefill attention seconds, full layers' then sliding layers' (each term
-        there is), which `attention_s` adds to its decode attention in that order."""
+        there is), which `_Shape.parts` adds to its decode attention in that order."""
         if not prefill_tokens:
             return ()
         k = self.kernels
