@@ -30,6 +30,7 @@ from servelab.sim.cost import (
     SpecCost,
     default_calibration,
     kernel_times,
+    SHIPPED_PROFILES,
     shipped_profile,
 )
 from servelab.sim.kernel_profile import KernelProfile
@@ -101,6 +102,20 @@ def test_prediction_names_its_source() -> None:
     l40s = get_gpu("L40S")
     ds = OperatorCostModel(load_model("Qwen/Qwen3-14B", "awq"), l40s, args, CAL, kernel_times(l40s, None))
     assert ds.source == "Marlin 4-bit GEMMs; datasheet L40S, not profiled"
+
+
+@pytest.mark.parametrize("name", sorted(SHIPPED_PROFILES))
+def test_each_shipped_profile_is_its_gpus_own(name: str) -> None:
+    # A profile priced for one catalog GPU must have been measured on that GPU: its device
+    # name carries the catalog's class, its compute capability the catalog's, and the
+    # prediction says it is profiled.
+    gpu = get_gpu(name)
+    prof = shipped_profile(gpu)
+    assert prof is not None
+    assert name.split("-")[0] in prof.device.gpu_name
+    assert prof.device.compute_capability == gpu.compute_capability
+    cost = OperatorCostModel(load_model("Qwen/Qwen3-14B", None), gpu, EngineArgs(), CAL, kernel_times(gpu, None))
+    assert f"profiled {name}" in cost.source
 
 
 def test_the_residual_adds_what_it_says() -> None:

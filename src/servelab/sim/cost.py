@@ -78,7 +78,7 @@ from servelab.sim.operators import OperatorModel, StepParts
 
 PROFILE_DIR = Path(__file__).resolve().parent.parent / "data" / "profiles"
 # The kernel profiles servelab ships, by GPU catalog name (measured with `servelab sim profile`).
-SHIPPED_PROFILES = {"H200": "h200.json"}
+SHIPPED_PROFILES = {"H200": "h200.json", "H100-SXM": "h100-sxm.json"}
 
 
 class StepCounts(Protocol):

@@ -1,0 +1,144 @@
+"""Transfer check on a GPU no figure was fitted on: real vLLM 0.25.1 cells of one H100 SXM
+(issue 14), re-simulated on the H100 kernel profile measured on that machine
+(src/servelab/data/profiles/h100-sxm.json) with the shipped residual, which was fitted on
+H200 cells of two other models.
+
+    .venv/bin/python docs/validation/sim-transfer-h100-2026-12-06/check.py [--out NAME]
+
+Reads results/<model>/ (the served directory's config.json and `servelab bench` cells:
+rnd_c1, rnd_c32_N, rnd_c64_N = random 1024/128 at 1, 32, 64 in flight, N the draw, each its
+own seed; sg_r10 = ShareGPT at 10 req/s with 10 in flight; sg_c64 = ShareGPT at 64 in
+flight), re-simulates each with its own seed, prompts, load and warm-ups, and writes
+NAME.md and NAME.json (default `table`; run from a checkout without the H100 profile,
+the same script gives the datasheet's figures). Per cell with several draws it also gives
+the error on their mean and the draws' spread.
+
+The cells record the tokenizer and ShareGPT file at their device paths: link the kit's
+payload there (`ln -sfn $PWD/.gpu/dl/payload /tmp/gpu-x/payload`, after
+`bash ../shared/gpu/build.sh .gpu`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+
+from servelab.plan import EngineArgs
+from servelab.sim.calibrate import MeasuredCell, evaluate
+from servelab.sim.cost import SHIPPED_PROFILES, default_calibration
+from servelab.sim.offline import prepare_workload
+from servelab.sim.setup import SimOptions
+from servelab.storage import write_atomic
+from servelab.workload.arrivals import ArrivalOptions
+from servelab.workload.datasets import DatasetOptions
+
+HERE = Path(__file__).resolve().parent
+PAYLOAD = Path("/tmp/gpu-x/payload")
+GPU = "H100-SXM"
+METRICS = ("output_throughput", "mean_ttft_ms", "mean_tpot_ms")
+KEYS = ("output_throughput", "total_token_throughput", "mean_ttft_ms", "mean_tpot_ms", "mean_itl_ms")
+
+
+def _dataset(cell: str, num_prompts: int) -> DatasetOptions:
+    tok = str(PAYLOAD / "qwen3-14b")  # every dummy directory carries the same Qwen tokenizer
+    if cell.startswith("rnd"):
+        return DatasetOptions(dataset_name="random", num_prompts=num_prompts, random_input_len=1024,
+                              random_output_len=128, tokenizer=tok)
+    return DatasetOptions(dataset_name="sharegpt", num_prompts=num_prompts, tokenizer=tok,
+                          dataset_path=str(PAYLOAD / "sharegpt_subset.json"))
+
+
+def _num(v: object) -> float:
+    return math.inf if v == "inf" else float(v)  # type: ignore[arg-type]
+
+
+def targets(results: Path) -> list[MeasuredCell]:
+    """Every measured cell under `results`, on its own served model."""
+    out = []
+    for mdir in sorted(p for p in results.iterdir() if (p / "config.json").exists()):
+        opts = SimOptions(str(mdir / "config.json"), GPU, None, EngineArgs())
+        for f in sorted(mdir.glob("*.json")):
+            if f.name == "config.json":
+                continue
+            r = json.loads(f.read_text())
+            ds = _dataset(f.stem, int(r["num_prompts"]))
+            arr = ArrivalOptions(request_rate=_num(r["request_rate"]), burstiness=float(r["burstiness"]))
+            seed = int(r["servelab"]["seed"])
+            measured = {k: float(r[k]) for k in KEYS if r.get(k) is not None}
+            warm = 8 if f.stem == "rnd_c1" else 0
+            out.append(MeasuredCell(f"{mdir.name}/{f.stem}", measured, prepare_workload(ds, seed, arr),
+                                    seed, int(r["max_concurrency"]), warm, opts))
+    return out
+
+
+def _err(sim: float, meas: float) -> float:
+    return 100.0 * (sim - meas) / meas
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default="table", help="NAME of the NAME.md / NAME.json written here")
+    a = ap.parse_args()
+    cells = targets(HERE / "results")
+    cal = default_calibration(GPU)
+    rows = []
+    for t in cells:
+        for _, metric, meas, sim in evaluate(t.options, [t], cal):
+            if metric in METRICS:
+                rows.append({"cell": t.name, "metric": metric, "measured": meas, "simulated": sim,
+                             "error_pct": _err(sim, meas)})
+    write_atomic(HERE / f"{a.out}.json", (json.dumps(rows, indent=1) + "\n").encode())
+    text = render(rows, GPU in SHIPPED_PROFILES)
+    write_atomic(HERE / f"{a.out}.md", text.encode())
+    print(text)
+
+
+def _group(name: str) -> str:
+    """rnd_c64_2 -> rnd_c64: the draws of one cell."""
+    model, cell = name.split("/")
+    parts = cell.split("_")
+    return f"{model}/{'_'.join(parts[:2])}"
+
+
+def render(rows: list[dict], profiled: bool) -> str:
+    how = "the shipped H100 profile" if profiled else "its datasheet (no H100 profile shipped)"
+    lines = [f"H100-SXM priced from {how}, shipped residual (`default_calibration('{GPU}')`).", "",
+             "| cell | out tok/s meas | sim | err | TTFT ms meas | sim | err | TPOT ms meas | sim | err |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    by = {(r["cell"], r["metric"]): r for r in rows}
+    for cell in sorted({r["cell"] for r in rows}):
+        parts = [cell]
+        for m in METRICS:
+            r = by[(cell, m)]
+            parts += [f"{r['measured']:,.1f}", f"{r['simulated']:,.1f}", f"{r['error_pct']:+.1f} %"]
+        lines.append("| " + " | ".join(parts) + " |")
+    lines += ["", "Cells drawn more than once: error of the simulated mean on the measured mean, "
+              "and the draws' spread ((max - min) / mean of the measured).", "",
+              "| cell | draws | metric | measured mean | simulated mean | err | spread |",
+              "|---|---:|---|---:|---:|---:|---:|"]
+    groups: dict[str, list[str]] = {}
+    for cell in sorted({r["cell"] for r in rows}):
+        groups.setdefault(_group(cell), []).append(cell)
+    for g, members in groups.items():
+        if len(members) < 2:
+            continue
+        for m in METRICS:
+            meas = [by[(c, m)]["measured"] for c in members]
+            sim = [by[(c, m)]["simulated"] for c in members]
+            mm, sm = sum(meas) / len(meas), sum(sim) / len(sim)
+            lines.append(f"| {g} | {len(members)} | {m} | {mm:,.1f} | {sm:,.1f} | {_err(sm, mm):+.1f} % | "
+                         f"{100 * (max(meas) - min(meas)) / mm:.1f} % |")
+    lines += ["", "| metric | cells | mean abs error | max abs error | within 10 % | within 25 % |",
+              "|---|---:|---:|---:|---:|---:|"]
+    for m in (*METRICS, "all three"):
+        s = rows if m == "all three" else [r for r in rows if r["metric"] == m]
+        errs = [abs(r["error_pct"]) for r in s]
+        lines.append(f"| {m} | {len(s)} | {sum(errs) / len(errs):.1f} % | {max(errs):.1f} % | "
+                     f"{sum(e <= 10 for e in errs)}/{len(s)} | {sum(e <= 25 for e in errs)}/{len(s)} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    main()
