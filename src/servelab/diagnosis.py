@@ -89,7 +89,9 @@ class DiagnosisInput:
     """What one run (a report cell, a sweep level) says about its ceilings.
 
     `concurrency` is the load's client count (None for a rate load); `baseline_ttft_ms`
-    the baseline arm's mean TTFT at the same load, where there is one to compare with."""
+    the baseline arm's mean TTFT at the same load, where there is one to compare with;
+    `tokens_per_step` the mean tokens a sequence gains per step (speculative decoding's
+    mean acceptance length; 1 without)."""
 
     max_num_seqs: int | None
     concurrency: int | None
@@ -100,6 +102,7 @@ class DiagnosisInput:
     failed: int = 0
     baseline_ttft_ms: float | None = None
     saturated_reason: str | None = None
+    tokens_per_step: float = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,11 +191,21 @@ def diagnose(d: DiagnosisInput) -> Diagnosis:
     roof = d.roofline
     if roof is not None and d.mean_itl_ms > 0:
         bound = Ceiling.BANDWIDTH if roof.bound == "memory" else Ceiling.COMPUTE
-        lines.append(f"mean ITL {d.mean_itl_ms:,.2f} ms vs the roofline decode step {roof.step_ms:,.2f} ms "
+        # A verification step reads the weights and the KV once for all its tokens, so with
+        # speculation the step (ITL x tokens per step), not the ITL, meets the roofline's step.
+        step_ms = d.mean_itl_ms * d.tokens_per_step
+        measured = f"mean ITL {d.mean_itl_ms:,.2f} ms"
+        if d.tokens_per_step > 1.0:
+            measured += (f" x {d.tokens_per_step:.2f} tokens per verification step = "
+                         f"{step_ms:,.2f} ms a step")
+        lines.append(f"{measured} vs the roofline decode step {roof.step_ms:,.2f} ms "
                      f"at batch {roof.batch} x {roof.context_tokens} tokens of context ({bound}-bound "
-                     f"step): the engine runs at {100 * roof.step_ms / d.mean_itl_ms:.0f} % of the "
+                     f"step): the engine runs at {100 * roof.step_ms / step_ms:.0f} % of the "
                      f"{bound} roofline")
-        if roof.step_ms > d.mean_itl_ms:
+        if d.tokens_per_step > 1.0:
+            lines.append("the roofline's step carries one token per sequence: a verification "
+                         "step's other tokens add compute it does not count")
+        if roof.step_ms > step_ms:
             # Faster than the datasheet's roofline: the target is not what the planner priced.
             lines.append(f"above 100 % the figures are inconsistent: tokens came faster than "
                          f"the {bound} roofline allows for this model on this GPU (another GPU, "

@@ -117,7 +117,8 @@ def diagnose_cell(data: ExperimentData, c: CellFigures) -> Diagnosis:
     d = diagnose(DiagnosisInput(
         max_num_seqs=_max_num_seqs(data, c.arm), concurrency=c.concurrency, server=c.server,
         mean_itl_ms=c.mean_itl_ms, mean_ttft_ms=c.mean_ttft_ms, roofline=c.roofline,
-        failed=c.failed, baseline_ttft_ms=base_ttft))
+        failed=c.failed, baseline_ttft_ms=base_ttft,
+        tokens_per_step=c.spec.acceptance_length if c.spec is not None else 1.0))
     first, *rest = d.lines
     more = tuple(x for x in (weights_line(data, c), routing_line(data, c)) if x is not None)
     traps = tuple(f"measurement: {note}" for note in c.trap_notes)
