@@ -306,3 +306,9 @@ def test_a_speculative_cell_meets_the_roofline_by_its_step_not_its_itl() -> None
                                        "tokens_per_step": 3.0}))
     assert "500 % of the bandwidth roofline" in three.lines[1]
     assert any(x.startswith("above 100 % the figures are inconsistent") for x in three.lines)
+    # a speculative cell that never drafted reports 0 tokens per verification: one token a step
+    none = diagnose(DiagnosisInput(**{**{f: getattr(fast, f) for f in fast.__dataclass_fields__},
+                                      "tokens_per_step": 0.0}))
+    assert none.lines[1:] == diagnose(DiagnosisInput(**{**{f: getattr(fast, f) for f in fast.__dataclass_fields__},
+                                                        "tokens_per_step": 1.0})).lines[1:]
+    assert "1500 % of the bandwidth roofline" in none.lines[1]

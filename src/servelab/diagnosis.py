@@ -193,16 +193,18 @@ def diagnose(d: DiagnosisInput) -> Diagnosis:
         bound = Ceiling.BANDWIDTH if roof.bound == "memory" else Ceiling.COMPUTE
         # A verification step reads the weights and the KV once for all its tokens, so with
         # speculation the step (ITL x tokens per step), not the ITL, meets the roofline's step.
-        step_ms = d.mean_itl_ms * d.tokens_per_step
+        # (a speculative cell without a single draft reports 0 tokens per verification)
+        tokens = max(1.0, d.tokens_per_step)
+        step_ms = d.mean_itl_ms * tokens
         measured = f"mean ITL {d.mean_itl_ms:,.2f} ms"
-        if d.tokens_per_step > 1.0:
-            measured += (f" x {d.tokens_per_step:.2f} tokens per verification step = "
+        if tokens > 1.0:
+            measured += (f" x {tokens:.2f} tokens per verification step = "
                          f"{step_ms:,.2f} ms a step")
         lines.append(f"{measured} vs the roofline decode step {roof.step_ms:,.2f} ms "
                      f"at batch {roof.batch} x {roof.context_tokens} tokens of context ({bound}-bound "
                      f"step): the engine runs at {100 * roof.step_ms / step_ms:.0f} % of the "
                      f"{bound} roofline")
-        if d.tokens_per_step > 1.0:
+        if tokens > 1.0:
             lines.append("the roofline's step carries one token per sequence: a verification "
                          "step's other tokens add compute it does not count")
         if roof.step_ms > step_ms:
