@@ -297,7 +297,7 @@ def test_a_speculative_cell_meets_the_roofline_by_its_step_not_its_itl() -> None
         max_waiting=0.0, mean_waiting=0.0, max_running=32.0, mean_running=18.0, peak_kv_usage=0.21,
         preemptions=0.0), mean_itl_ms=2.0, mean_ttft_ms=40.0, roofline=ROOF, tokens_per_step=20.0)
     d = diagnose(fast)
-    assert d.lines[1] == ("mean ITL 2.00 ms x 20.00 tokens per verification step = 40.00 ms a step vs "
+    assert d.lines[1] == ("mean ITL 2.00 ms x 20.00 tokens per step = 40.00 ms a step vs "
                           "the roofline decode step 30.00 ms at batch 18 x 342 tokens of context "
                           "(bandwidth-bound step): the engine runs at 75 % of the bandwidth roofline")
     assert d.lines[2].startswith("the roofline's step carries one token per sequence")
@@ -306,7 +306,7 @@ def test_a_speculative_cell_meets_the_roofline_by_its_step_not_its_itl() -> None
                                        "tokens_per_step": 3.0}))
     assert "500 % of the bandwidth roofline" in three.lines[1]
     assert any(x.startswith("above 100 % the figures are inconsistent") for x in three.lines)
-    # a speculative cell that never drafted reports 0 tokens per verification: one token a step
+    # fewer than one token a step is read as one
     none = diagnose(DiagnosisInput(**{**{f: getattr(fast, f) for f in fast.__dataclass_fields__},
                                       "tokens_per_step": 0.0}))
     assert none.lines[1:] == diagnose(DiagnosisInput(**{**{f: getattr(fast, f) for f in fast.__dataclass_fields__},

@@ -90,8 +90,8 @@ class DiagnosisInput:
 
     `concurrency` is the load's client count (None for a rate load); `baseline_ttft_ms`
     the baseline arm's mean TTFT at the same load, where there is one to compare with;
-    `tokens_per_step` the mean tokens a sequence gains per step (speculative decoding's
-    mean acceptance length; 1 without)."""
+    `tokens_per_step` the mean tokens a sequence gains per decode step (with speculative
+    decoding, the acceptance length weighted by the share of steps that drafted; 1 without)."""
 
     max_num_seqs: int | None
     concurrency: int | None
@@ -193,12 +193,11 @@ def diagnose(d: DiagnosisInput) -> Diagnosis:
         bound = Ceiling.BANDWIDTH if roof.bound == "memory" else Ceiling.COMPUTE
         # A verification step reads the weights and the KV once for all its tokens, so with
         # speculation the step (ITL x tokens per step), not the ITL, meets the roofline's step.
-        # (a speculative cell without a single draft reports 0 tokens per verification)
-        tokens = max(1.0, d.tokens_per_step)
+        tokens = max(1.0, d.tokens_per_step)  # never less than one token a step
         step_ms = d.mean_itl_ms * tokens
         measured = f"mean ITL {d.mean_itl_ms:,.2f} ms"
         if tokens > 1.0:
-            measured += (f" x {tokens:.2f} tokens per verification step = "
+            measured += (f" x {tokens:.2f} tokens per step = "
                          f"{step_ms:,.2f} ms a step")
         lines.append(f"{measured} vs the roofline decode step {roof.step_ms:,.2f} ms "
                      f"at batch {roof.batch} x {roof.context_tokens} tokens of context ({bound}-bound "
