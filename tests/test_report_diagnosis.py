@@ -3,6 +3,7 @@ sweep feed it: a closed loop's start-up burst is not a queue; a lasting one is."
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -302,13 +303,27 @@ def test_a_speculative_cell_meets_the_roofline_by_its_step_not_its_itl() -> None
                           "(bandwidth-bound step): the engine runs at 75 % of the bandwidth roofline")
     assert d.lines[2].startswith("the roofline's step carries one token per sequence")
     assert not any("inconsistent" in x for x in d.lines)
-    three = diagnose(DiagnosisInput(**{**{f: getattr(fast, f) for f in fast.__dataclass_fields__},
-                                       "tokens_per_step": 3.0}))
+    three = diagnose(dataclasses.replace(fast, tokens_per_step=3.0))
     assert "500 % of the bandwidth roofline" in three.lines[1]
     assert any(x.startswith("above 100 % the figures are inconsistent") for x in three.lines)
     # fewer than one token a step is read as one
-    none = diagnose(DiagnosisInput(**{**{f: getattr(fast, f) for f in fast.__dataclass_fields__},
-                                      "tokens_per_step": 0.0}))
-    assert none.lines[1:] == diagnose(DiagnosisInput(**{**{f: getattr(fast, f) for f in fast.__dataclass_fields__},
-                                                        "tokens_per_step": 1.0})).lines[1:]
+    none = diagnose(dataclasses.replace(fast, tokens_per_step=0.0))
+    assert none.lines[1:] == diagnose(dataclasses.replace(fast, tokens_per_step=1.0)).lines[1:]
     assert "1500 % of the bandwidth roofline" in none.lines[1]
+
+
+def test_a_speculative_cell_is_diagnosed_by_its_tokens_per_decode_step() -> None:
+    # The committed one-machine run (docs/validation/spec-onehost-2026-12-05): n-gram drafts
+    # only on a match, so a decode step gains (output tokens after the first) / (decode
+    # steps) tokens, the steps being those tokens less the accepted drafts that rode along.
+    exp = Path(__file__).resolve().parent.parent / "docs/validation/spec-onehost-2026-12-05/results/exp"
+    data = load_experiment(exp)
+    cell = data.cell("ngram-k6", "sharegpt", "c64")
+    assert cell is not None and cell.spec is not None
+    raw = json.loads((exp / "cells/ngram-k6/sharegpt/c64.json").read_text())["result"]
+    after_first = raw["total_output_tokens"] - raw["completed"]
+    tokens = after_first / (after_first - raw["spec_decode_accepted_tokens"])
+    assert tokens < cell.spec.acceptance_length  # fewer than per drafted step
+    lines = {a.arm: a.lines for a in diagnose_arms(data)}["ngram-k6"]
+    want = f"mean ITL {cell.mean_itl_ms:,.2f} ms x {tokens:.2f} tokens per step = {cell.mean_itl_ms * tokens:,.2f} ms a step"
+    assert any(x.startswith(want) for x in lines)

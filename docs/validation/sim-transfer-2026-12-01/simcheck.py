@@ -102,21 +102,31 @@ def targets(results: Path) -> list[tuple[str, MeasuredCell]]:
             f = cell_file(results, mdir.name, cell, stall)
             if not f.exists():
                 continue
-            r = json.loads(f.read_text())
-            if not r.get("completed"):
-                continue
-            ds = _dataset(cell, int(r["num_prompts"]))
-            arr = ArrivalOptions(request_rate=_num(r["request_rate"]), burstiness=float(r["burstiness"]))
-            seed = int(r["servelab"]["seed"])
-            wl = prepare_workload(ds, seed, arr)
-            measured = {k: float(r[k]) for k in FIT_KEYS if r.get(k) is not None}
-            warm = 8 if cell == "rnd_c1" else 0
-            out.append((mdir.name, MeasuredCell(f"{mdir.name}/{cell}", measured, wl, seed,
-                                          int(r["max_concurrency"]), warm, opts)))
+            got = measured_cell(f, f"{mdir.name}/{cell}", opts)
+            if got is not None:
+                out.append((mdir.name, got))
     return out
 
 
-def _err(sim: float, meas: float) -> float:
+def measured_cell(f: Path, name: str, opts: SimOptions) -> MeasuredCell | None:
+    """The `servelab bench` result `f` as a target on `opts` (None: nothing completed): its
+    own seed, prompts, load and warm-ups. A name whose cell starts with `rnd` is random
+    1024/128, any other ShareGPT; `rnd_c1` had 8 warm-ups."""
+    r = json.loads(f.read_text())
+    if not r.get("completed"):
+        return None
+    cell = name.split("/")[1]
+    ds = _dataset(cell, int(r["num_prompts"]))
+    arr = ArrivalOptions(request_rate=_num(r["request_rate"]), burstiness=float(r["burstiness"]))
+    seed = int(r["servelab"]["seed"])
+    wl = prepare_workload(ds, seed, arr)
+    measured = {k: float(r[k]) for k in FIT_KEYS if r.get(k) is not None}
+    warm = 8 if cell == "rnd_c1" else 0
+    return MeasuredCell(name, measured, wl, seed, int(r["max_concurrency"]), warm, opts)
+
+
+def error_pct(sim: float, meas: float) -> float:
+    """(sim - meas) / meas in percent."""
     return 100.0 * (sim - meas) / meas
 
 
@@ -154,7 +164,7 @@ def table_rows(results: Path, all_t: list[tuple[str, MeasuredCell]], base: SimOp
         for _, metric, meas, sim in evaluate(base, [t], cal):
             rows.append({"model": model, "cell": cell, "metric": metric, "residual": label,
                          "role": "fit" if model in FIT_MODELS else "held out",
-                         "measured": meas, "simulated": sim, "error_pct": _err(sim, meas),
+                         "measured": meas, "simulated": sim, "error_pct": error_pct(sim, meas),
                          "remeasured": again, "stall": f"{model}/{cell}" in stall and not again})
     return rows
 

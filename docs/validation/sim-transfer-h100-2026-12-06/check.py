@@ -21,60 +21,40 @@ payload there (`ln -sfn $PWD/.gpu/dl/payload /tmp/gpu-x/payload`, after
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
-import math
 from pathlib import Path
 
 from servelab.plan import EngineArgs
 from servelab.sim.calibrate import MeasuredCell, evaluate
 from servelab.sim.cost import SHIPPED_PROFILES, default_calibration
-from servelab.sim.offline import prepare_workload
 from servelab.sim.setup import SimOptions
 from servelab.storage import write_atomic
-from servelab.workload.arrivals import ArrivalOptions
-from servelab.workload.datasets import DatasetOptions
 
 HERE = Path(__file__).resolve().parent
-PAYLOAD = Path("/tmp/gpu-x/payload")
 GPU = "H100-SXM"
-METRICS = ("output_throughput", "mean_ttft_ms", "mean_tpot_ms")
-KEYS = ("output_throughput", "total_token_throughput", "mean_ttft_ms", "mean_tpot_ms", "mean_itl_ms")
-
-
-def _dataset(cell: str, num_prompts: int) -> DatasetOptions:
-    tok = str(PAYLOAD / "qwen3-14b")  # every dummy directory carries the same Qwen tokenizer
-    if cell.startswith("rnd"):
-        return DatasetOptions(dataset_name="random", num_prompts=num_prompts, random_input_len=1024,
-                              random_output_len=128, tokenizer=tok)
-    return DatasetOptions(dataset_name="sharegpt", num_prompts=num_prompts, tokenizer=tok,
-                          dataset_path=str(PAYLOAD / "sharegpt_subset.json"))
-
-
-def _num(v: object) -> float:
-    return math.inf if v == "inf" else float(v)  # type: ignore[arg-type]
+# The 12-01 transfer check reads cells the same way (cell names, datasets, warm-ups): one
+# reader, its `measured_cell`.
+_SPEC = importlib.util.spec_from_file_location(
+    "simcheck", HERE.parent / "sim-transfer-2026-12-01" / "simcheck.py")
+assert _SPEC is not None and _SPEC.loader is not None
+simcheck = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(simcheck)
+METRICS = simcheck.METRICS
 
 
 def targets(results: Path) -> list[MeasuredCell]:
-    """Every measured cell under `results`, on its own served model."""
+    """Every measured cell under `results` (each draw its own), on its own served model."""
     out = []
     for mdir in sorted(p for p in results.iterdir() if (p / "config.json").exists()):
         opts = SimOptions(str(mdir / "config.json"), GPU, None, EngineArgs())
         for f in sorted(mdir.glob("*.json")):
             if f.name == "config.json":
                 continue
-            r = json.loads(f.read_text())
-            ds = _dataset(f.stem, int(r["num_prompts"]))
-            arr = ArrivalOptions(request_rate=_num(r["request_rate"]), burstiness=float(r["burstiness"]))
-            seed = int(r["servelab"]["seed"])
-            measured = {k: float(r[k]) for k in KEYS if r.get(k) is not None}
-            warm = 8 if f.stem == "rnd_c1" else 0
-            out.append(MeasuredCell(f"{mdir.name}/{f.stem}", measured, prepare_workload(ds, seed, arr),
-                                    seed, int(r["max_concurrency"]), warm, opts))
+            got = simcheck.measured_cell(f, f"{mdir.name}/{f.stem}", opts)
+            if got is not None:
+                out.append(got)
     return out
-
-
-def _err(sim: float, meas: float) -> float:
-    return 100.0 * (sim - meas) / meas
 
 
 def main() -> None:
@@ -88,7 +68,7 @@ def main() -> None:
         for _, metric, meas, sim in evaluate(t.options, [t], cal):
             if metric in METRICS:
                 rows.append({"cell": t.name, "metric": metric, "measured": meas, "simulated": sim,
-                             "error_pct": _err(sim, meas)})
+                             "error_pct": simcheck.error_pct(sim, meas)})
     write_atomic(HERE / f"{a.out}.json", (json.dumps(rows, indent=1) + "\n").encode())
     text = render(rows, GPU in SHIPPED_PROFILES)
     write_atomic(HERE / f"{a.out}.md", text.encode())
@@ -111,8 +91,9 @@ def render(rows: list[dict], profiled: bool) -> str:
     for cell in sorted({r["cell"] for r in rows}):
         parts = [cell]
         for m in METRICS:
-            r = by[(cell, m)]
-            parts += [f"{r['measured']:,.1f}", f"{r['simulated']:,.1f}", f"{r['error_pct']:+.1f} %"]
+            r = by.get((cell, m))  # (a result without the figure leaves it blank)
+            parts += ([f"{r['measured']:,.1f}", f"{r['simulated']:,.1f}", f"{r['error_pct']:+.1f} %"]
+                      if r else ["", "", ""])
         lines.append("| " + " | ".join(parts) + " |")
     lines += ["", "Cells drawn more than once: error of the simulated mean on the measured mean, "
               "and the draws' spread ((max - min) / mean of the measured).", "",
@@ -125,10 +106,12 @@ def render(rows: list[dict], profiled: bool) -> str:
         if len(members) < 2:
             continue
         for m in METRICS:
+            if any((c, m) not in by for c in members):
+                continue
             meas = [by[(c, m)]["measured"] for c in members]
             sim = [by[(c, m)]["simulated"] for c in members]
             mm, sm = sum(meas) / len(meas), sum(sim) / len(sim)
-            lines.append(f"| {g} | {len(members)} | {m} | {mm:,.1f} | {sm:,.1f} | {_err(sm, mm):+.1f} % | "
+            lines.append(f"| {g} | {len(members)} | {m} | {mm:,.1f} | {sm:,.1f} | {simcheck.error_pct(sm, mm):+.1f} % | "
                          f"{100 * (max(meas) - min(meas)) / mm:.1f} % |")
     lines += ["", "| metric | cells | mean abs error | max abs error | within 10 % | within 25 % |",
               "|---|---:|---:|---:|---:|---:|"]
