@@ -1,0 +1,67 @@
+"""Where the measured TTFT goes, per cell, from vLLM's own histograms (issue 14).
+
+    .venv/bin/python docs/validation/sim-transfer-h100-2026-12-06/decompose.py
+
+The second H100 run (device.sh, MODE=protocol) saved /metrics after every cell
+(results/<model>/<cell>.metrics.txt.gz); a cell's figures are the histograms' sum and count
+deltas against the dump before it (the first cell's also hold its 8 warm-ups). vLLM 0.25.1
+times a request's phases in two processes: `request_queue_time` (engine core: queued ->
+scheduled) and `request_prefill_time` (scheduled -> first token, as the API server's output
+processor sees it), while `time_to_first_token` runs from the API server's arrival stamp.
+So server TTFT - queue - prefill is the intake: the API server's time from arrival to the
+engine core's queue (tokenising the prompt, the hand-off). The client's TTFT adds the HTTP
+and SSE path on top.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
+
+HERE = Path(__file__).resolve().parent
+ORDER = ("rnd_c1", "rnd_c32", "rnd_c64", "sg_r10", "sg_c64")  # as device.sh ran them
+HISTOGRAMS = {"server": "vllm:time_to_first_token_seconds", "queue": "vllm:request_queue_time_seconds",
+              "prefill": "vllm:request_prefill_time_seconds"}
+
+
+def totals(path: Path) -> dict[str, tuple[float, float]]:
+    """(sum s, count) of each histogram in HISTOGRAMS, over every label set."""
+    out = {k: (0.0, 0.0) for k in HISTOGRAMS}
+    names = {v: k for k, v in HISTOGRAMS.items()}
+    for fam in text_string_to_metric_families(gzip.decompress(path.read_bytes()).decode()):
+        for s in fam.samples:
+            for suffix, i in (("_sum", 0), ("_count", 1)):
+                key = names.get(s.name.removesuffix(suffix)) if s.name.endswith(suffix) else None
+                if key is not None:
+                    cur = list(out[key])
+                    cur[i] += s.value
+                    out[key] = (cur[0], cur[1])
+    return out
+
+
+def cells(mdir: Path) -> list[Path]:
+    """The cells of `mdir` with a /metrics dump, in the order they ran."""
+    found = [p for p in mdir.glob("*.metrics.txt.gz")]
+    return sorted(found, key=lambda p: ORDER.index(next(o for o in ORDER if p.name.startswith(o))))
+
+
+def main() -> None:
+    print("| cell | client TTFT ms | server TTFT | queue | prefill (to first token out) | intake (server - queue - prefill) |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for mdir in sorted(p for p in (HERE / "results").iterdir() if p.is_dir()):
+        before = {k: (0.0, 0.0) for k in HISTOGRAMS}
+        for path in cells(mdir):
+            now = totals(path)
+            ms = {k: 1000 * (now[k][0] - before[k][0]) / (now[k][1] - before[k][1]) for k in HISTOGRAMS}
+            cell = path.name.removesuffix(".metrics.txt.gz")
+            client = json.loads((mdir / f"{cell}.json").read_text())["mean_ttft_ms"]
+            print(f"| {mdir.name}/{cell} | {client:.1f} | {ms['server']:.1f} | {ms['queue']:.1f} | "
+                  f"{ms['prefill']:.1f} | {ms['server'] - ms['queue'] - ms['prefill']:.1f} |")
+            before = now
+
+
+if __name__ == "__main__":
+    main()
