@@ -22,7 +22,7 @@ from servelab.experiment.spec import ExperimentSpec
 from servelab.report.data import CellFigures, ExperimentData
 from servelab.report.tables import Table, fmt, ratio
 from servelab.sim.engine import build_engine
-from servelab.sim.spec_payoff import PayoffModel
+from servelab.sim.spec_payoff import PayoffModel, Refill
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +114,17 @@ def payoff_model(spec: ExperimentSpec, arm_name: str, base_arm: str, gpu: str,
     return PayoffModel(base.cost, spec_engine.cost, proposals, sc.proposal_rate)
 
 
+def refill_of(cells: list[CellFigures]) -> Refill | None:
+    """The closed loop's replacement requests, from the cells' means: prompt tokens split
+    by the prefix-cache hit rate vLLM counted (none counted: all computed), output tokens."""
+    done = [c for c in cells if c.mean_output_len > 0]
+    if not done:
+        return None
+    prompt = sum(c.mean_input_len for c in done) / len(done)
+    hit = sum(c.server.prefix_hit_rate or 0.0 for c in done) / len(done)
+    return Refill(prompt * (1.0 - hit), prompt * hit, sum(c.mean_output_len for c in done) / len(done))
+
+
 def payoff_table(data: ExperimentData, spec: ExperimentSpec, arm: str, workload: str,
                  base: str, gpu: str) -> tuple[Table | None, str]:
     """The simulated payoff at each measured load beside the measured speed-up, and one
@@ -127,13 +138,14 @@ def payoff_table(data: ExperimentData, spec: ExperimentSpec, arm: str, workload:
     except (ServelabError, ValueError) as exc:
         return None, f"{arm} on {workload}: the simulator cannot price this arm ({exc})."
     context = sum(c.mean_input_len + c.mean_output_len / 2 for c in cells) / len(cells)
+    refill = refill_of(cells)
     rows, measured, best = [], [], []
     for load in data.loads:
         c, b = data.cell(arm, workload, load), data.cell(base, workload, load)
         if c is None or c.concurrency is None:
             continue
         batch = _batch(c)
-        p = model.at(batch, context)
+        p = model.at(batch, context, refill)
         speed = ratio(c.output_tok_s, b.output_tok_s) if b is not None else None
         if speed is not None:
             measured.append((batch, speed))
@@ -141,17 +153,21 @@ def payoff_table(data: ExperimentData, spec: ExperimentSpec, arm: str, workload:
         rows.append((load, str(batch), "x" + fmt(p.speedup, 2), "x" + fmt(speed, 2) if speed else "-",
                      fmt(p.base_ms_per_token, 2), fmt(p.spec_ms_per_token, 2), str(p.best_k)))
     limit = max(model.spec.ops.capture[-1] if model.spec.ops.capture else 1024, 1024)
-    cross = model.crossover(context, limit)
+    cross = model.crossover(context, limit, refill)
     line = (f"{arm} on {workload}: measured acceptance per position {_positions(pooled.rates)} % "
             f"(drafted on {pooled.proposal_rate * 100:.0f} % of decode steps); ")
     line += _advice(cross, limit, measured, best, model.k)
     table = Table(f"{workload}: where {arm} pays (simulated with the measured acceptance)",
                   ("load", "decode batch", "sim speed-up", "measured speed-up", "sim base ms/token",
                    "sim spec ms/token", "best K"), tuple(rows),
-                  note=(f"Steady-state decode at the cell's concurrency as its decode batch, "
-                        f"{context:,.0f}-token contexts, from the simulator's kernel times and "
-                        "residual; best K: the draft length with the most tokens per second "
-                        "there.")) if rows else None
+                  note=(f"Steady state at the cell's concurrency as its decode batch, "
+                        f"{context:,.0f}-token contexts" + (
+                            f", each finished request replaced by one of {refill.prompt_tokens + refill.cached_tokens:,.0f} "
+                            f"prompt tokens ({refill.cached_tokens:,.0f} from the prefix cache) and "
+                            f"{refill.output_tokens:,.0f} output tokens, prefilled inside the decode steps"
+                            if refill is not None else "") +
+                        ", from the simulator's kernel times and residual; best K: the draft "
+                        "length with the most tokens per second there.")) if rows else None
     return table, line
 
 

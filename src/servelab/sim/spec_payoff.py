@@ -11,6 +11,15 @@ The speed-up is the ratio of the two times per token; it falls with C because ve
 while the weight reads it saves are shared by the whole batch. The crossover (the first
 C where it falls below 1) and the best draft length per C therefore come out of the same
 kernel times and residual that price every simulated step; nothing here is fitted.
+
+With a `Refill` (a closed loop: each request that finishes is replaced by one whose prompt
+the engine prefills inside the decode steps, vLLM's chunked prefill), the steps also carry
+the replacements' prefills. At t tokens per sequence per step, C t / L requests finish per
+step (L output tokens each), so C t / L prompts of P computed tokens (after prefix-cache
+hits) join each step on average. They come whole: steps carry the two whole numbers of
+prompts around that mean, in the shares that average it, and a step that carries one
+leaves the full CUDA graph. Speculation finishes requests t times sooner, so it prefills t times
+more per step than its baseline: at high load that is what its gain loses first.
 """
 
 from __future__ import annotations
@@ -37,11 +46,58 @@ class Payoff:
     tokens_per_step: float
 
 
-def _decode_step(seqs: int, context: float, drafting: int, draft_tokens: int) -> ScheduledStep:
+@dataclass(frozen=True, slots=True)
+class Refill:
+    """A closed loop's replacement requests: per request, `prompt_tokens` computed in
+    prefill (after prefix-cache hits) over `cached_tokens` found in the cache, and
+    `output_tokens` decoded."""
+
+    prompt_tokens: float
+    cached_tokens: float
+    output_tokens: float
+
+    def __post_init__(self) -> None:
+        if not (self.output_tokens > 0 and self.prompt_tokens >= 0 and self.cached_tokens >= 0):
+            raise ValueError(f"refill needs output tokens > 0 and prompt tokens >= 0: {self}")
+
+
+@dataclass(frozen=True, slots=True)
+class Prefills:
+    """The prefill work one step carries: tokens, prompts, and the attended context as
+    `ScheduledStep.prefill_context_tokens` sums it."""
+
+    tokens: int
+    prompts: int
+    context_tokens: int
+
+
+NO_PREFILL = Prefills(0, 0, 0)
+
+
+def steady_prefills(refill: Refill, seqs: int, tokens_per_seq: float) -> tuple[tuple[float, Prefills], ...]:
+    """(share of steps, what such a step prefills) in a closed loop of `seqs` decodes
+    yielding `tokens_per_seq` tokens each per step: r = seqs x tokens_per_seq /
+    output_tokens prompts start per step, so steps carry floor(r) or floor(r) + 1 whole
+    prompts, in the shares that average r. The step budget is not applied: a prompt the
+    engine splits over several steps (chunked prefill) costs about the same time, and the
+    payoff is time per token."""
+    rate = seqs * tokens_per_seq / refill.output_tokens
+    if rate <= 0.0 or refill.prompt_tokens < 1.0:
+        return ((1.0, NO_PREFILL),)
+    lo = int(rate)
+    frac = rate - lo
+    n, cached = round(refill.prompt_tokens), round(refill.cached_tokens)
+    return tuple((share, Prefills(j * n, j, j * (cached * n + n * (n + 1) // 2)))
+                 for share, j in ((1.0 - frac, lo), (frac, lo + 1)) if share > 0.0)
+
+
+def _decode_step(seqs: int, context: float, drafting: int, draft_tokens: int,
+                 prefills: Prefills | None = None) -> ScheduledStep:
+    pre = prefills if prefills is not None else NO_PREFILL
     return ScheduledStep(reqs=[], num_new=[], decode_seqs=seqs,
-                         decode_context_tokens=int(seqs * context), prefill_tokens=0,
-                         prefill_context_tokens=0, preempted=0, prefill_seqs=0,
-                         draft_tokens=draft_tokens, drafting_seqs=drafting)
+                         decode_context_tokens=int(seqs * context), prefill_tokens=pre.tokens,
+                         prefill_context_tokens=pre.context_tokens, preempted=0,
+                         prefill_seqs=pre.prompts, draft_tokens=draft_tokens, drafting_seqs=drafting)
 
 
 class PayoffModel:
@@ -68,48 +124,67 @@ class PayoffModel:
             self._by_k[k] = got
         return got
 
-    def spec_step_s(self, seqs: int, context: float, k: int) -> float:
+    def spec_step_s(self, seqs: int, context: float, k: int, refill: Refill | None = None) -> float:
         """Expected seconds of one verification step: a uniform batch (every sequence with a
         whole k-token proposal, on a full graph) with its probability, else a piecewise one
-        carrying the draft tokens and drafting sequences expected given that it is not."""
+        carrying the draft tokens and drafting sequences expected given that it is not;
+        with `refill`, a share of the steps carries the replacements' prefills (piecewise,
+        with the expected drafts)."""
         cost = self._cost(k)
         whole = self.proposal_rate * self.proposals.full_share(k)
         p_uniform = whole ** seqs
         uniform = cost.step_duration_s(_decode_step(seqs, context, seqs, seqs * k))
-        if p_uniform >= 1.0:
-            return uniform
-        # E[x] = p_u x (x of the uniform batch) + (1 - p_u) x E[x | not uniform]
         mean_drafting = self.proposal_rate * seqs
         mean_tokens = mean_drafting * self.proposals.mean_tokens(k)
-        drafting = min(seqs, round((mean_drafting - p_uniform * seqs) / (1.0 - p_uniform)))
-        tokens = round((mean_tokens - p_uniform * seqs * k) / (1.0 - p_uniform))
-        # a batch that is not uniform misses at least one draft token
-        tokens = max(0, min(tokens, drafting * k - (drafting == seqs)))
-        mixed = cost.step_duration_s(_decode_step(seqs, context, drafting, tokens))
-        return p_uniform * uniform + (1.0 - p_uniform) * mixed
+        if p_uniform >= 1.0:
+            decode = uniform
+        else:
+            # E[x] = p_u x (x of the uniform batch) + (1 - p_u) x E[x | not uniform]
+            drafting = min(seqs, round((mean_drafting - p_uniform * seqs) / (1.0 - p_uniform)))
+            tokens = round((mean_tokens - p_uniform * seqs * k) / (1.0 - p_uniform))
+            # a batch that is not uniform misses at least one draft token
+            tokens = max(0, min(tokens, drafting * k - (drafting == seqs)))
+            mixed = cost.step_duration_s(_decode_step(seqs, context, drafting, tokens))
+            decode = p_uniform * uniform + (1.0 - p_uniform) * mixed
+        if refill is None:
+            return decode
+        drafting, draft_tokens = round(mean_drafting), round(mean_tokens)
+        return sum(share * (decode if not pre.prompts else cost.step_duration_s(
+            _decode_step(seqs, context, drafting, draft_tokens, pre)))
+            for share, pre in steady_prefills(refill, seqs, self.tokens_per_step(k)))
+
+    def base_step_s(self, seqs: int, context: float, refill: Refill | None = None) -> float:
+        """Expected seconds of one baseline step (one token per sequence), with `refill`'s
+        prefills on a share of the steps."""
+        decode = self.base.step_duration_s(_decode_step(seqs, context, 0, 0))
+        if refill is None:
+            return decode
+        return sum(share * (decode if not pre.prompts else self.base.step_duration_s(
+            _decode_step(seqs, context, 0, 0, pre))) for share, pre in steady_prefills(refill, seqs, 1.0))
 
     def tokens_per_step(self, k: int) -> float:
         """Tokens one sequence gets per verification step with draft length k."""
         # with a draft on a share p of the steps, position i yields p x rate[i] tokens
         return tokens_per_step(tuple(self.proposal_rate * r for r in self.rates), k)
 
-    def at(self, concurrency: int, context: float) -> Payoff:
-        """The payoff at `concurrency` sequences of `context` tokens."""
-        base = self.base.step_duration_s(_decode_step(concurrency, context, 0, 0))
+    def at(self, concurrency: int, context: float, refill: Refill | None = None) -> Payoff:
+        """The payoff at `concurrency` sequences of `context` tokens (with `refill`: a
+        closed loop's replacement prefills in the steps too)."""
+        base = self.base_step_s(concurrency, context, refill)
         best_k, best = self.k, 0.0
         for k in range(1, self.k + 1):
-            rate = self.tokens_per_step(k) / self.spec_step_s(concurrency, context, k)
+            rate = self.tokens_per_step(k) / self.spec_step_s(concurrency, context, k, refill)
             if rate > best * (1 + 1e-9):
                 best_k, best = k, rate
-        spec_ms = self.spec_step_s(concurrency, context, self.k) / self.tokens_per_step(self.k) * 1e3
+        spec_ms = self.spec_step_s(concurrency, context, self.k, refill) / self.tokens_per_step(self.k) * 1e3
         base_ms = base * 1e3
         return Payoff(concurrency, base_ms, spec_ms, base_ms / spec_ms, best_k, self.tokens_per_step(self.k))
 
-    def crossover(self, context: float, max_concurrency: int) -> int | None:
+    def crossover(self, context: float, max_concurrency: int, refill: Refill | None = None) -> int | None:
         """The smallest concurrency at which speculation stops paying (speed-up < 1), None
         when it pays up to `max_concurrency`; 1 when it never pays."""
         def pays(c: int) -> bool:
-            return self.at(c, context).speedup >= 1.0
+            return self.at(c, context, refill).speedup >= 1.0
 
         if not pays(1):
             return 1
