@@ -23,9 +23,9 @@ from servelab.metrics.scrape import parse_server_metrics, spec_decode_stats
 from servelab.models import load_model
 from servelab.plan import EngineArgs, plan_memory
 from servelab.plan.memory import GIB, loaded_weights_bytes
+from servelab.models.costs import kv_bytes_per_token_per_gpu
 from servelab.report.data import load_experiment
 from servelab.report.speculation import payoff_table
-from servelab.models.costs import kv_bytes_per_token_per_gpu
 from servelab.sim.cost import AffineCost, default_calibration
 from servelab.sim.engine import SimConfig, SimEngine, build_engine
 from servelab.sim.scheduler import ScheduledStep

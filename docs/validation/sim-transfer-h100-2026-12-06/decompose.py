@@ -4,13 +4,14 @@
 
 The second H100 run (device.sh, MODE=protocol) saved /metrics after every cell
 (results/<model>/<cell>.metrics.txt.gz); a cell's figures are the histograms' sum and count
-deltas against the dump before it (the first cell's also hold its 8 warm-ups). vLLM 0.25.1
-times a request's phases in two processes: `request_queue_time` (engine core: queued ->
-scheduled) and `request_prefill_time` (scheduled -> first token, as the API server's output
-processor sees it), while `time_to_first_token` runs from the API server's arrival stamp.
-So server TTFT - queue - prefill is the intake: the API server's time from arrival to the
-engine core's queue (tokenising the prompt, the hand-off). The client's TTFT adds the HTTP
-and SSE path on top.
+deltas against the dump before it (each holds the bench's one test request too, and the
+first cell its 8 warm-ups). `request_queue_time` runs from the engine core taking the
+request in to its scheduling, `request_prefill_time` from scheduling to the first token
+(engine-core stamps), `time_to_first_token` from the API server's arrival stamp to the first
+token's output. Server TTFT - queue - prefill is what no histogram attributes: the API
+server's intake and hand-off, the wait for the engine core's step in flight before the
+request is taken in, and the first token's way back. The client's TTFT adds the HTTP and
+SSE path on top.
 """
 
 from __future__ import annotations
@@ -43,9 +44,12 @@ def totals(path: Path) -> dict[str, tuple[float, float]]:
 
 
 def cells(mdir: Path) -> list[Path]:
-    """The cells of `mdir` with a /metrics dump, in the order they ran."""
-    found = [p for p in mdir.glob("*.metrics.txt.gz")]
-    return sorted(found, key=lambda p: ORDER.index(next(o for o in ORDER if p.name.startswith(o))))
+    """The cells of `mdir` with a /metrics dump, in the order they ran (a cell is named
+    by its ORDER entry, with `_N` for a further draw)."""
+    def rank(p: Path) -> int:
+        name = p.name.removesuffix(".metrics.txt.gz")
+        return ORDER.index(name if name in ORDER else name.rsplit("_", 1)[0])
+    return sorted(mdir.glob("*.metrics.txt.gz"), key=rank)
 
 
 def main() -> None:
@@ -55,6 +59,10 @@ def main() -> None:
         before = {k: (0.0, 0.0) for k in HISTOGRAMS}
         for path in cells(mdir):
             now = totals(path)
+            counts = {now[k][1] - before[k][1] for k in HISTOGRAMS}
+            if len(counts) != 1 or counts == {0.0}:
+                raise SystemExit(f"{path}: the histograms counted {sorted(counts)} requests; "
+                                 "expected one count, above 0")
             ms = {k: 1000 * (now[k][0] - before[k][0]) / (now[k][1] - before[k][1]) for k in HISTOGRAMS}
             cell = path.name.removesuffix(".metrics.txt.gz")
             client = json.loads((mdir / f"{cell}.json").read_text())["mean_ttft_ms"]

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from servelab.errors import ServelabError
 from servelab.experiment.arms import engine_path, planner_args, sim_calibration
 from servelab.experiment.spec import ExperimentSpec
+from servelab.metrics.server_figures import ServerFigures
 from servelab.report.data import CellFigures, ExperimentData
 from servelab.report.tables import Table, fmt, ratio
 from servelab.sim.engine import build_engine
@@ -115,13 +116,15 @@ def payoff_model(spec: ExperimentSpec, arm_name: str, base_arm: str, gpu: str,
 
 
 def refill_of(cells: list[CellFigures]) -> Refill | None:
-    """The closed loop's replacement requests, from the cells' means: prompt tokens split
-    by the prefix-cache hit rate vLLM counted (none counted: all computed), output tokens."""
+    """The closed loop's replacement requests, from the cells' means (tokens per request):
+    prompt tokens split by the prefix-cache hit rate vLLM counted over the cells (hits over
+    lookups, pooled; none counted: all computed), output tokens."""
     done = [c for c in cells if c.mean_output_len > 0]
     if not done:
         return None
     prompt = sum(c.mean_input_len for c in done) / len(done)
-    hit = sum(c.server.prefix_hit_rate or 0.0 for c in done) / len(done)
+    # pooled as a run's replicas are: hits / lookups over every cell that counted them
+    hit = ServerFigures.over_replicas([c.server for c in done]).prefix_hit_rate or 0.0
     return Refill(prompt * (1.0 - hit), prompt * hit, sum(c.mean_output_len for c in done) / len(done))
 
 

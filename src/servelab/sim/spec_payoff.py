@@ -25,6 +25,7 @@ more per step than its baseline: at high load that is what its gain loses first.
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from servelab.sim.cost import OperatorCostModel
@@ -92,8 +93,10 @@ def steady_prefills(refill: Refill, seqs: int, tokens_per_seq: float) -> tuple[t
 
 
 def _decode_step(seqs: int, context: float, drafting: int, draft_tokens: int,
-                 prefills: Prefills | None = None) -> ScheduledStep:
-    pre = prefills if prefills is not None else NO_PREFILL
+                 pre: Prefills = NO_PREFILL) -> ScheduledStep:
+    # all `seqs` decode beside the prefills: the loop's prompts join the running batch,
+    # they do not take decode slots (a closed loop of C in flight decodes C - j only while
+    # j of them prefill; at C >> j the difference is below the model's resolution)
     return ScheduledStep(reqs=[], num_new=[], decode_seqs=seqs,
                          decode_context_tokens=int(seqs * context), prefill_tokens=pre.tokens,
                          prefill_context_tokens=pre.context_tokens, preempted=0,
@@ -149,9 +152,9 @@ class PayoffModel:
         if refill is None:
             return decode
         drafting, draft_tokens = round(mean_drafting), round(mean_tokens)
-        return sum(share * (decode if not pre.prompts else cost.step_duration_s(
-            _decode_step(seqs, context, drafting, draft_tokens, pre)))
-            for share, pre in steady_prefills(refill, seqs, self.tokens_per_step(k)))
+        return _mixture(decode, lambda pre: cost.step_duration_s(
+            _decode_step(seqs, context, drafting, draft_tokens, pre)),
+            steady_prefills(refill, seqs, self.tokens_per_step(k)))
 
     def base_step_s(self, seqs: int, context: float, refill: Refill | None = None) -> float:
         """Expected seconds of one baseline step (one token per sequence), with `refill`'s
@@ -159,8 +162,8 @@ class PayoffModel:
         decode = self.base.step_duration_s(_decode_step(seqs, context, 0, 0))
         if refill is None:
             return decode
-        return sum(share * (decode if not pre.prompts else self.base.step_duration_s(
-            _decode_step(seqs, context, 0, 0, pre))) for share, pre in steady_prefills(refill, seqs, 1.0))
+        return _mixture(decode, lambda pre: self.base.step_duration_s(_decode_step(seqs, context, 0, 0, pre)),
+                        steady_prefills(refill, seqs, 1.0))
 
     def tokens_per_step(self, k: int) -> float:
         """Tokens one sequence gets per verification step with draft length k."""
@@ -182,23 +185,16 @@ class PayoffModel:
 
     def crossover(self, context: float, max_concurrency: int, refill: Refill | None = None) -> int | None:
         """The smallest concurrency at which speculation stops paying (speed-up < 1), None
-        when it pays up to `max_concurrency`; 1 when it never pays."""
-        def pays(c: int) -> bool:
-            return self.at(c, context, refill).speedup >= 1.0
+        when it pays up to `max_concurrency`; 1 when it never pays. Every batch is priced:
+        the speed-up is not monotone in the batch where steps pass a CUDA-graph size, so a
+        bisection could step over a dip."""
+        for c in range(1, max_concurrency + 1):
+            if self.at(c, context, refill).speedup < 1.0:
+                return c
+        return None
 
-        if not pays(1):
-            return 1
-        lo, hi = 1, 2
-        while hi <= max_concurrency and pays(hi):
-            lo, hi = hi, hi * 2
-        if hi > max_concurrency:
-            if pays(max_concurrency):
-                return None
-            hi = max_concurrency
-        while hi - lo > 1:  # pays(lo), not pays(hi)
-            mid = (lo + hi) // 2
-            if pays(mid):
-                lo = mid
-            else:
-                hi = mid
-        return hi
+
+def _mixture(decode_s: float, with_prefill_s: Callable[[Prefills], float],
+             shares: tuple[tuple[float, Prefills], ...]) -> float:
+    """Expected step seconds over `shares`: `decode_s` where a step carries no prompt."""
+    return sum(share * (with_prefill_s(pre) if pre.prompts else decode_s) for share, pre in shares)
