@@ -78,7 +78,7 @@ from servelab.sim.operators import OperatorModel, StepParts
 
 PROFILE_DIR = Path(__file__).resolve().parent.parent / "data" / "profiles"
 # The kernel profiles servelab ships, by GPU catalog name (measured with `servelab sim profile`).
-SHIPPED_PROFILES = {"H200": "h200.json", "H100-SXM": "h100-sxm.json"}
+SHIPPED_PROFILES: Mapping[str, str] = MappingProxyType({"H200": "h200.json", "H100-SXM": "h100-sxm.json"})
 
 
 class StepCounts(Protocol):
@@ -260,7 +260,7 @@ H200_SYNC_PIECEWISE_LAYER_US = 48.4
 # (docs/validation/spec-batch-2026-12-02, `summarise.py`); over the 13 kernels the operator
 # model counts for that layer.
 H200_V1_LAUNCH_US = 32.5
-DEFAULT_CALIBRATIONS: dict[str, Calibration] = {
+DEFAULT_CALIBRATIONS: Mapping[str, Calibration] = MappingProxyType({
     "L40S": Calibration(gpu_class="L40S", step_overhead_ms=2.44, per_seq_us=20.0,
                         request_overhead_ms=3.16, launch_us=85.7, v1_launch_us=H200_V1_LAUNCH_US,
                         **H200_API_SERVER,
@@ -276,7 +276,7 @@ DEFAULT_CALIBRATIONS: dict[str, Calibration] = {
                         fitted_on=("H200 vLLM 0.25.1: Qwen3-4B, Llama-3.1-8B (10 cells)",
                                    "cpu_*: Qwen3-14B --no-async-scheduling (8 cells)",
                                    "spec_step_us, spec_per_seq_us: Qwen3-14B n-gram K=2 (8 cells)")),
-}
+})
 _CLASS_FALLBACK = "H200"
 _PCIE_CLASSES = ("L40", "L4", "A10", "A40", "RTX", "T4")
 
