@@ -312,6 +312,33 @@ def test_a_speculative_cell_meets_the_roofline_by_its_step_not_its_itl() -> None
     assert "1500 % of the bandwidth roofline" in none.lines[1]
 
 
+def test_a_verification_steps_roofline_grows_its_compute_not_its_reads() -> None:
+    # Known answer: a stage of 9 ms weight and KV reads and 2 ms of GEMMs (1 ms of all-reduce
+    # on top, one stage) verifying 6 tokens per sequence: compute 12 ms > reads 9 ms, so the
+    # step is compute-bound at 12 + 6 = 18 ms; at 3 tokens reads still bind: 9 + 3 = 12 ms.
+    stored = {"batch": 64, "context_tokens": 300, "step_ms": 10.0, "token_interval_ms": 10.0,
+              "memory_ms": 9.0, "compute_ms": 2.0, "allreduce_ms": 1.0, "bound": "memory"}
+    roof = RooflineStep.of(stored)
+    assert roof is not None
+    six, three = roof.verifying(6.0), roof.verifying(3.0)
+    assert six is not None and (six.step_ms, six.bound) == (pytest.approx(18.0), "compute")
+    assert three is not None and (three.step_ms, three.bound) == (pytest.approx(12.0), "memory")
+    # two pipeline stages: the token interval is twice the stage's step, before and after
+    two = RooflineStep.of({**stored, "token_interval_ms": 20.0})
+    assert two is not None and two.verifying(6.0).step_ms == pytest.approx(36.0)  # type: ignore[union-attr]
+    # a cell stored with the step alone has nothing to verify with
+    assert RooflineStep.of({"batch": 64, "context_tokens": 300, "step_ms": 10.0, "bound": "memory"}).verifying(6.0) is None  # type: ignore[union-attr]
+    cell = DiagnosisInput(max_num_seqs=256, concurrency=64, server=ServerFigures(
+        max_waiting=0.0, mean_waiting=0.0, max_running=64.0, mean_running=64.0, peak_kv_usage=0.2,
+        preemptions=0.0), mean_itl_ms=4.0, mean_ttft_ms=40.0, roofline=roof, tokens_per_step=6.0)
+    d = diagnose(cell)
+    assert d.kind is Ceiling.COMPUTE
+    assert d.lines[1] == ("mean ITL 4.00 ms x 6.00 tokens per step = 24.00 ms a step vs the roofline "
+                          "verification step 18.00 ms at batch 64 x 300 tokens of context "
+                          "(compute-bound step): the engine runs at 75 % of the compute roofline")
+    assert d.lines[2].startswith("the roofline's step verifies 6.00 tokens per sequence")
+
+
 def test_a_speculative_cell_is_diagnosed_by_its_tokens_per_decode_step() -> None:
     # The committed one-machine run (docs/validation/spec-onehost-2026-12-05): n-gram drafts
     # only on a match, so a decode step gains (output tokens after the first) / (decode

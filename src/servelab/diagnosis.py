@@ -20,7 +20,7 @@ mean (a stored cell without its series columns) is judged by its peak, with a no
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
@@ -67,12 +67,18 @@ _LABELS = {
 class RooflineStep:
     """The planner's roofline decode step at `batch` sequences of `context_tokens` each;
     `step_ms` is the time between two tokens of a sequence (with pipeline parallelism, every
-    stage's micro-batch step), what mean ITL is compared with."""
+    stage's micro-batch step), what mean ITL is compared with. `stage_ms` is one stage's
+    step, `memory_ms` / `compute_ms` / `allreduce_ms` its terms (stage = max(memory,
+    compute) + all-reduce); None where a cell stored only the step."""
 
     batch: int
     context_tokens: int
     step_ms: float
     bound: str  # "memory" or "compute": the roofline term that dominates
+    stage_ms: float | None = None
+    memory_ms: float | None = None
+    compute_ms: float | None = None
+    allreduce_ms: float = 0.0
 
     @classmethod
     def of(cls, step: dict[str, Any] | None) -> RooflineStep | None:
@@ -81,7 +87,27 @@ class RooflineStep:
         if step is None:
             return None
         interval = step.get("token_interval_ms", step["step_ms"])
-        return cls(int(step["batch"]), int(step["context_tokens"]), float(interval), str(step["bound"]))
+        terms = ("memory_ms", "compute_ms")
+        split = all(isinstance(step.get(k), (int, float)) for k in terms)
+        return cls(int(step["batch"]), int(step["context_tokens"]), float(interval), str(step["bound"]),
+                   float(step["step_ms"]) if split else None,
+                   float(step["memory_ms"]) if split else None,
+                   float(step["compute_ms"]) if split else None,
+                   float(step.get("allreduce_ms") or 0.0))
+
+    def verifying(self, tokens: float) -> RooflineStep | None:
+        """The same step verifying `tokens` per sequence (speculative decoding): the weights
+        and the KV are read once for all of them, so the memory term stays; the GEMM and
+        attention work and the all-reduce traffic grow with the rows (compute and
+        all-reduce x tokens). An MoE model's extra rows also touch more experts, reads this
+        leaves out. None without the terms (a cell stored before they were)."""
+        if self.stage_ms is None or self.memory_ms is None or self.compute_ms is None or self.stage_ms <= 0:
+            return None
+        compute = self.compute_ms * tokens
+        stage = max(self.memory_ms, compute) + self.allreduce_ms * tokens
+        return replace(self, step_ms=self.step_ms * stage / self.stage_ms, stage_ms=stage,
+                       compute_ms=compute, allreduce_ms=self.allreduce_ms * tokens,
+                       bound="memory" if self.memory_ms >= compute else "compute")
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,20 +216,28 @@ def diagnose(d: DiagnosisInput) -> Diagnosis:
                      "closed-loop start-up burst alone can set the peak")
     roof = d.roofline
     if roof is not None and d.mean_itl_ms > 0:
-        bound = Ceiling.BANDWIDTH if roof.bound == "memory" else Ceiling.COMPUTE
         # A verification step reads the weights and the KV once for all its tokens, so with
-        # speculation the step (ITL x tokens per step), not the ITL, meets the roofline's step.
+        # speculation the step (ITL x tokens per step), not the ITL, meets the roofline's step,
+        # and the roofline's step verifies as many tokens (its compute grows, its reads do not).
         tokens = max(1.0, d.tokens_per_step)  # never less than one token a step
+        verify = roof.verifying(tokens) if tokens > 1.0 else None
+        if verify is not None:
+            roof = verify
+        bound = Ceiling.BANDWIDTH if roof.bound == "memory" else Ceiling.COMPUTE
         step_ms = d.mean_itl_ms * tokens
         measured = f"mean ITL {d.mean_itl_ms:,.2f} ms"
         if tokens > 1.0:
             measured += (f" x {tokens:.2f} tokens per step = "
                          f"{step_ms:,.2f} ms a step")
-        lines.append(f"{measured} vs the roofline decode step {roof.step_ms:,.2f} ms "
+        what = "verification step" if verify is not None else "decode step"
+        lines.append(f"{measured} vs the roofline {what} {roof.step_ms:,.2f} ms "
                      f"at batch {roof.batch} x {roof.context_tokens} tokens of context ({bound}-bound "
                      f"step): the engine runs at {100 * roof.step_ms / step_ms:.0f} % of the "
                      f"{bound} roofline")
-        if tokens > 1.0:
+        if verify is not None:
+            lines.append(f"the roofline's step verifies {tokens:.2f} tokens per sequence: its "
+                         f"compute and all-reduce x {tokens:.2f}, its weight and KV reads once")
+        elif tokens > 1.0:
             lines.append("the roofline's step carries one token per sequence: a verification "
                          "step's other tokens add compute it does not count")
         if roof.step_ms > step_ms:
