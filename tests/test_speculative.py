@@ -315,22 +315,28 @@ def test_the_crossover_comes_from_the_cost_model() -> None:
 
 def test_a_closed_loops_refill_puts_whole_prompts_in_a_share_of_the_steps() -> None:
     # Known answer: 4 sequences of 400 output tokens at one token a step finish 0.01
-    # requests a step, so 1 % of the steps carry one whole 100-token prompt (causal
-    # context 100 x 101 / 2) and the baseline's step is that mixture of two priced steps.
+    # requests a step, independently, so a step carries j whole 100-token prompts (causal
+    # context 100 x 101 / 2 each) with Poisson(0.01) odds, and the baseline's step is that
+    # mixture of priced steps.
     refill = Refill(prompt_tokens=100, cached_tokens=0, output_tokens=400)
-    (s0, p0), (s1, p1) = steady_prefills(refill, 4, 1.0)
-    assert (s0, s1) == pytest.approx((0.99, 0.01))
-    assert (p0.prompts, p1.prompts, p1.tokens, p1.context_tokens) == (0, 1, 100, 5050)
-    # 2.5 prompts a step: half the steps carry two, half three; cached tokens are attended
-    shares = steady_prefills(Refill(prompt_tokens=10, cached_tokens=20, output_tokens=40), 50, 2.0)
-    assert [(round(sh, 9), p.prompts, p.tokens, p.context_tokens) for sh, p in shares] == [
-        (0.5, 2, 20, 2 * (20 * 10 + 55)), (0.5, 3, 30, 3 * (20 * 10 + 55))]
+    shares = steady_prefills(refill, 4, 1.0)
+    assert [p.prompts for _, p in shares] == [0, 1]  # 99.995 % of the steps: the last takes the rest
+    (s0, p0), (s1, p1) = shares
+    assert s0 == pytest.approx(math.exp(-0.01)) and s0 + s1 == pytest.approx(1.0)
+    assert (p1.tokens, p1.context_tokens) == (100, 5050)
+    # 2.5 prompts a step on average: Poisson(2.5) shares; cached tokens are attended
+    many = steady_prefills(Refill(prompt_tokens=10, cached_tokens=20, output_tokens=40), 50, 2.0)
+    assert sum(sh for sh, _ in many) == pytest.approx(1.0)
+    for j in range(5):
+        sh, pre = many[j]
+        assert sh == pytest.approx(math.exp(-2.5) * 2.5 ** j / math.factorial(j))
+        assert (pre.prompts, pre.tokens, pre.context_tokens) == (j, 10 * j, j * (20 * 10 + 55))
     base = build_engine("Qwen/Qwen3-14B", "H200", None, ARGS, None)
     half = build_engine("Qwen/Qwen3-14B", "H200", None, ARGS, None, True, None, _ngram(1, [0.5]))
     model = PayoffModel(base.cost, half.cost, split_acceptance((0.5,), 1))
     decode = base.cost.step_duration_s(ScheduledStep([], [], 4, 2000, 0, 0, 0, 0))
     mixed = base.cost.step_duration_s(ScheduledStep([], [], 4, 2000, 100, 5050, 0, 1))
-    assert model.base_step_s(4, 500, refill) == pytest.approx(0.99 * decode + 0.01 * mixed)
+    assert model.base_step_s(4, 500, refill) == pytest.approx(s0 * decode + s1 * mixed)
     # a loop whose requests never end brings no prefill: the decode-only payoff
     endless = Refill(prompt_tokens=100, cached_tokens=0, output_tokens=1e12)
     assert model.at(64, 500, endless).speedup == pytest.approx(model.at(64, 500).speedup, rel=1e-6)

@@ -16,15 +16,16 @@ With a `Refill` (a closed loop: each request that finishes is replaced by one wh
 the engine prefills inside the decode steps, vLLM's chunked prefill), the steps also carry
 the replacements' prefills. At t tokens per sequence per step, C t / L requests finish per
 step (L output tokens each), so C t / L prompts of P computed tokens (after prefix-cache
-hits) join each step on average. They come whole: steps carry the two whole numbers of
-prompts around that mean, in the shares that average it, and a step that carries one
-leaves the full CUDA graph. Speculation finishes requests t times sooner, so it prefills t times
+hits) join each step on average. They come whole and the requests finish independently,
+so a step carries Poisson(C t / L) prompts, and a step that carries one leaves the full
+CUDA graph. Speculation finishes requests t times sooner, so it prefills t times
 more per step than its baseline: at high load that is what its gain loses first.
 """
 
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -78,18 +79,24 @@ NO_PREFILL = Prefills(0, 0, 0)
 def steady_prefills(refill: Refill, seqs: int, tokens_per_seq: float) -> tuple[tuple[float, Prefills], ...]:
     """(share of steps, what such a step prefills) in a closed loop of `seqs` decodes
     yielding `tokens_per_seq` tokens each per step: r = seqs x tokens_per_seq /
-    output_tokens prompts start per step, so steps carry floor(r) or floor(r) + 1 whole
-    prompts, in the shares that average r. The step budget is not applied: a prompt the
-    engine splits over several steps (chunked prefill) costs about the same time, and the
-    payoff is time per token."""
+    output_tokens prompts start per step on average, each request finishing independently
+    of the others, so the whole prompts a step carries are Poisson(r) (the shares up to
+    99.9 % of the steps, the last one taking the rest). The step budget is not applied: a
+    prompt the engine splits over several steps (chunked prefill) costs about the same
+    time, and the payoff is time per token."""
     rate = seqs * tokens_per_seq / refill.output_tokens
     if rate <= 0.0 or refill.prompt_tokens < 1.0:
         return ((1.0, NO_PREFILL),)
-    lo = int(rate)
-    frac = rate - lo
     n, cached = round(refill.prompt_tokens), round(refill.cached_tokens)
-    return tuple((share, Prefills(j * n, j, j * (cached * n + n * (n + 1) // 2)))
-                 for share, j in ((1.0 - frac, lo), (frac, lo + 1)) if share > 0.0)
+    out: list[tuple[float, Prefills]] = []
+    p, left, j = math.exp(-rate), 1.0, 0
+    while left > 1e-3:
+        share = p if left - p > 1e-3 else left
+        out.append((share, Prefills(j * n, j, j * (cached * n + n * (n + 1) // 2))))
+        left -= share
+        j += 1
+        p *= rate / j
+    return tuple(out)
 
 
 def _decode_step(seqs: int, context: float, drafting: int, draft_tokens: int,
