@@ -76,27 +76,38 @@ class Prefills:
 NO_PREFILL = Prefills(0, 0, 0)
 
 
+# Poisson shares below this are dropped (and the rest renormalised); at most this many
+# prompt counts are priced per step (wider windows are pooled in equal runs of counts).
+_MIN_SHARE = 1e-4
+_MAX_COUNTS = 25
+
+
 def steady_prefills(refill: Refill, seqs: int, tokens_per_seq: float) -> tuple[tuple[float, Prefills], ...]:
     """(share of steps, what such a step prefills) in a closed loop of `seqs` decodes
     yielding `tokens_per_seq` tokens each per step: r = seqs x tokens_per_seq /
     output_tokens prompts start per step on average, each request finishing independently
-    of the others, so the whole prompts a step carries are Poisson(r) (the shares up to
-    99.9 % of the steps, the last one taking the rest). The step budget is not applied: a
-    prompt the engine splits over several steps (chunked prefill) costs about the same
-    time, and the payoff is time per token."""
+    of the others, so the whole prompts a step carries are Poisson(r): the counts within
+    six standard deviations of r, from the log of the mass (no underflow at large r),
+    pooled into at most `_MAX_COUNTS` runs. The step budget is not applied: a prompt the
+    engine splits over several steps (chunked prefill) costs about the same time, and the
+    payoff is time per token."""
     rate = seqs * tokens_per_seq / refill.output_tokens
     if rate <= 0.0 or refill.prompt_tokens < 1.0:
         return ((1.0, NO_PREFILL),)
+    spread = 6.0 * math.sqrt(rate) + 1.0
+    lo, hi = max(0, math.floor(rate - spread)), math.ceil(rate + spread)
+    log_rate = math.log(rate)
+    mass = [(j, math.exp(j * log_rate - rate - math.lgamma(j + 1))) for j in range(lo, hi + 1)]
+    stride = math.ceil(len(mass) / _MAX_COUNTS)
+    pooled = []
+    for i in range(0, len(mass), stride):
+        run = mass[i:i + stride]
+        weight = sum(w for _, w in run)
+        pooled.append((weight, round(sum(j * w for j, w in run) / weight) if weight > 0 else run[0][0]))
+    kept = [(w, j) for w, j in pooled if w >= _MIN_SHARE]
+    total = sum(w for w, _ in kept)
     n, cached = round(refill.prompt_tokens), round(refill.cached_tokens)
-    out: list[tuple[float, Prefills]] = []
-    p, left, j = math.exp(-rate), 1.0, 0
-    while left > 1e-3:
-        share = p if left - p > 1e-3 else left
-        out.append((share, Prefills(j * n, j, j * (cached * n + n * (n + 1) // 2))))
-        left -= share
-        j += 1
-        p *= rate / j
-    return tuple(out)
+    return tuple((w / total, Prefills(j * n, j, j * (cached * n + n * (n + 1) // 2))) for w, j in kept)
 
 
 def _decode_step(seqs: int, context: float, drafting: int, draft_tokens: int,
@@ -196,9 +207,14 @@ class PayoffModel:
         the speed-up is not monotone in the batch where steps pass a CUDA-graph size, so a
         bisection could step over a dip."""
         for c in range(1, max_concurrency + 1):
-            if self.at(c, context, refill).speedup < 1.0:
+            if self.speedup(c, context, refill) < 1.0:
                 return c
         return None
+
+    def speedup(self, concurrency: int, context: float, refill: Refill | None = None) -> float:
+        """`at(...).speedup` alone: the arm's own draft length, no search over K."""
+        spec_s = self.spec_step_s(concurrency, context, self.k, refill) / self.tokens_per_step(self.k)
+        return self.base_step_s(concurrency, context, refill) / spec_s
 
 
 def _mixture(decode_s: float, with_prefill_s: Callable[[Prefills], float],
