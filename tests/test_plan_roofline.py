@@ -109,17 +109,10 @@ def test_arm_planner_compares_itl_with_the_token_interval_under_pipeline_paralle
     between a sequence's tokens is PP x the micro-batch stage step, i.e. batch / the
     replica's decode throughput (found on the H200 pair: the diagnosis had compared PP2's
     ITL with one stage's step and read 27 % of the roofline)."""
-    from servelab.experiment import load_spec
     from servelab.experiment.planning import ArmPlanner
     from servelab.plan.roofline import decode_throughput_tok_s
 
-    spec_path = tmp_path / "s.yaml"
-    spec_path.write_text(
-        "name: s\nengine: sim\nhardware: {gpu: H200}\nmodel: Qwen/Qwen3-14B\n"
-        "arms:\n  - name: pp2\n    pipeline_parallel_size: 2\n  - name: tp1\n"
-        "workloads:\n  - {name: r, dataset_name: random, random_input_len: 32, random_output_len: 8}\n"
-        "loads: {concurrency: [1], num_prompts: 1}\n")
-    spec = load_spec(spec_path)
+    spec = _two_arms(tmp_path, "pp2\n    pipeline_parallel_size: 2")
     pp2 = ArmPlanner.for_arm(spec, spec.arm("pp2"), "H200")
     step = pp2.decode_step(33, 310)
     assert step["batch"] == 33
@@ -129,3 +122,35 @@ def test_arm_planner_compares_itl_with_the_token_interval_under_pipeline_paralle
     # Without PP the interval is the step.
     tp1 = ArmPlanner.for_arm(spec, spec.arm("tp1"), "H200").decode_step(33, 310)
     assert tp1["token_interval_ms"] == tp1["step_ms"]
+
+
+def test_the_stored_decode_step_splits_the_all_reduce_into_latency_and_traffic(tmp_path) -> None:
+    """A verification step's rows grow the all-reduce's traffic, not its calls: the step a
+    cell stores keeps the traffic part. Known answer on TP = 2 over the H200's NVLink: the
+    rest is 2 all-reduces per layer x 40 layers x the link's latency per call."""
+    from servelab.experiment.planning import ArmPlanner
+
+    spec = _two_arms(tmp_path, "tp2\n    tensor_parallel_size: 2")
+    tp2 = ArmPlanner.for_arm(spec, spec.arm("tp2"), "H200")
+    step = tp2.decode_step(64, 300)
+    latency_ms = 2 * tp2.model.layers * tp2.gpu.interconnect.allreduce_latency_us * 1e-3
+    assert tp2.model.layers == 40
+    assert step["allreduce_ms"] - step["allreduce_traffic_ms"] == pytest.approx(latency_ms)
+    wire_ms = 64 * tp2.model.hidden * 2 * 2 * (2 - 1) / 2 / (tp2.gpu.interconnect.unidirectional_gbs * 1e9) * 1e3
+    assert step["allreduce_traffic_ms"] == pytest.approx(2 * 40 * wire_ms)
+    tp1 = ArmPlanner.for_arm(spec, spec.arm("tp1"), "H200").decode_step(64, 300)
+    assert tp1["allreduce_ms"] == tp1["allreduce_traffic_ms"] == 0.0
+
+
+def _two_arms(tmp_path, arm: str):  # type: ignore[no-untyped-def]
+    """A simulated Qwen3-14B spec on an H200 with arm `arm` (its YAML after `name: `) and a
+    plain `tp1`."""
+    from servelab.experiment import load_spec
+
+    spec_path = tmp_path / "s.yaml"
+    spec_path.write_text(
+        "name: s\nengine: sim\nhardware: {gpu: H200}\nmodel: Qwen/Qwen3-14B\n"
+        f"arms:\n  - name: {arm}\n  - name: tp1\n"
+        "workloads:\n  - {name: r, dataset_name: random, random_input_len: 32, random_output_len: 8}\n"
+        "loads: {concurrency: [1], num_prompts: 1}\n")
+    return load_spec(spec_path)

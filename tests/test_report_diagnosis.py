@@ -313,19 +313,24 @@ def test_a_speculative_cell_meets_the_roofline_by_its_step_not_its_itl() -> None
 
 
 def test_a_verification_steps_roofline_grows_its_compute_not_its_reads() -> None:
-    # Known answer: a stage of 9 ms weight and KV reads and 2 ms of GEMMs (1 ms of all-reduce
-    # on top, one stage) verifying 6 tokens per sequence: compute 12 ms > reads 9 ms, so the
-    # step is compute-bound at 12 + 6 = 18 ms; at 3 tokens reads still bind: 9 + 3 = 12 ms.
+    # Known answer: a stage of 9 ms weight and KV reads and 2 ms of GEMMs, 1 ms of all-reduce
+    # on top of which 0.6 ms is traffic (0.4 ms the calls' latency), verifying 6 tokens per
+    # sequence: compute 12 ms > reads 9 ms, so the step is compute-bound at 12 + 0.4 + 6 x 0.6
+    # = 16 ms; at 3 tokens reads still bind: 9 + 0.4 + 3 x 0.6 = 11.2 ms.
     stored = {"batch": 64, "context_tokens": 300, "step_ms": 10.0, "token_interval_ms": 10.0,
-              "memory_ms": 9.0, "compute_ms": 2.0, "allreduce_ms": 1.0, "bound": "memory"}
+              "memory_ms": 9.0, "compute_ms": 2.0, "allreduce_ms": 1.0, "allreduce_traffic_ms": 0.6,
+              "bound": "memory"}
     roof = RooflineStep.of(stored)
     assert roof is not None
     six, three = roof.verifying(6.0), roof.verifying(3.0)
-    assert six is not None and (six.step_ms, six.bound) == (pytest.approx(18.0), "compute")
-    assert three is not None and (three.step_ms, three.bound) == (pytest.approx(12.0), "memory")
+    assert six is not None and (six.step_ms, six.bound) == (pytest.approx(16.0), "compute")
+    assert three is not None and (three.step_ms, three.bound) == (pytest.approx(11.2), "memory")
     # two pipeline stages: the token interval is twice the stage's step, before and after
     two = RooflineStep.of({**stored, "token_interval_ms": 20.0})
-    assert two is not None and two.verifying(6.0).step_ms == pytest.approx(36.0)  # type: ignore[union-attr]
+    assert two is not None and two.verifying(6.0).step_ms == pytest.approx(32.0)  # type: ignore[union-attr]
+    # a cell stored without the traffic part keeps its all-reduce: 12 + 1 = 13 ms
+    older = RooflineStep.of({k: v for k, v in stored.items() if k != "allreduce_traffic_ms"})
+    assert older is not None and older.verifying(6.0).step_ms == pytest.approx(13.0)  # type: ignore[union-attr]
     # a cell stored with the step alone has nothing to verify with
     assert RooflineStep.of({"batch": 64, "context_tokens": 300, "step_ms": 10.0, "bound": "memory"}).verifying(6.0) is None  # type: ignore[union-attr]
     cell = DiagnosisInput(max_num_seqs=256, concurrency=64, server=ServerFigures(
@@ -334,9 +339,10 @@ def test_a_verification_steps_roofline_grows_its_compute_not_its_reads() -> None
     d = diagnose(cell)
     assert d.kind is Ceiling.COMPUTE
     assert d.lines[1] == ("mean ITL 4.00 ms x 6.00 tokens per step = 24.00 ms a step vs the roofline "
-                          "verification step 18.00 ms at batch 64 x 300 tokens of context "
-                          "(compute-bound step): the engine runs at 75 % of the compute roofline")
-    assert d.lines[2].startswith("the roofline's step verifies 6.00 tokens per sequence")
+                          "verification step 16.00 ms at batch 64 x 300 tokens of context "
+                          "(compute-bound step): the engine runs at 67 % of the compute roofline")
+    assert d.lines[2] == ("the roofline's step verifies 6.00 tokens per sequence: its compute and "
+                          "all-reduce traffic x 6.00, its weight and KV reads once")
 
 
 def test_a_speculative_cell_is_diagnosed_by_its_tokens_per_decode_step() -> None:

@@ -79,6 +79,7 @@ class RooflineStep:
     memory_ms: float | None = None
     compute_ms: float | None = None
     allreduce_ms: float = 0.0
+    allreduce_traffic_ms: float = 0.0  # the part that grows with the rows (not the calls' latency)
 
     @classmethod
     def of(cls, step: dict[str, Any] | None) -> RooflineStep | None:
@@ -93,20 +94,23 @@ class RooflineStep:
                    float(step["step_ms"]) if split else None,
                    float(step["memory_ms"]) if split else None,
                    float(step["compute_ms"]) if split else None,
-                   float(step.get("allreduce_ms") or 0.0))
+                   float(step.get("allreduce_ms") or 0.0), float(step.get("allreduce_traffic_ms") or 0.0))
 
     def verifying(self, tokens: float) -> RooflineStep | None:
         """The same step verifying `tokens` per sequence (speculative decoding): the weights
         and the KV are read once for all of them, so the memory term stays; the GEMM and
-        attention work and the all-reduce traffic grow with the rows (compute and
-        all-reduce x tokens). An MoE model's extra rows also touch more experts, reads this
+        attention work and the all-reduce's traffic grow with the rows (x tokens), the
+        all-reduce calls' latency does not (a cell stored without the traffic part keeps its
+        all-reduce as it was). An MoE model's extra rows also touch more experts, reads this
         leaves out. None without the terms (a cell stored before they were)."""
         if self.stage_ms is None or self.memory_ms is None or self.compute_ms is None or self.stage_ms <= 0:
             return None
         compute = self.compute_ms * tokens
-        stage = max(self.memory_ms, compute) + self.allreduce_ms * tokens
+        allreduce = self.allreduce_ms + self.allreduce_traffic_ms * (tokens - 1.0)
+        stage = max(self.memory_ms, compute) + allreduce
         return replace(self, step_ms=self.step_ms * stage / self.stage_ms, stage_ms=stage,
-                       compute_ms=compute, allreduce_ms=self.allreduce_ms * tokens,
+                       compute_ms=compute, allreduce_ms=allreduce,
+                       allreduce_traffic_ms=self.allreduce_traffic_ms * tokens,
                        bound="memory" if self.memory_ms >= compute else "compute")
 
 
@@ -235,8 +239,9 @@ def diagnose(d: DiagnosisInput) -> Diagnosis:
                      f"step): the engine runs at {100 * roof.step_ms / step_ms:.0f} % of the "
                      f"{bound} roofline")
         if verify is not None:
+            grows = "compute and all-reduce traffic" if verify.allreduce_traffic_ms else "compute"
             lines.append(f"the roofline's step verifies {tokens:.2f} tokens per sequence: its "
-                         f"compute and all-reduce x {tokens:.2f}, its weight and KV reads once")
+                         f"{grows} x {tokens:.2f}, its weight and KV reads once")
         elif tokens > 1.0:
             lines.append("the roofline's step carries one token per sequence: a verification "
                          "step's other tokens add compute it does not count")

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import gzip
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -52,23 +53,29 @@ def cells(mdir: Path) -> list[Path]:
     return sorted(mdir.glob("*.metrics.txt.gz"), key=rank)
 
 
+def phases(mdir: Path) -> Iterator[tuple[str, float, dict[str, float]]]:
+    """(cell, client mean TTFT ms, {server, queue, prefill: mean ms}) per dumped cell of
+    `mdir`, in the order they ran; exits naming a dump whose histograms disagree."""
+    before = {k: (0.0, 0.0) for k in HISTOGRAMS}
+    for path in cells(mdir):
+        now = totals(path)
+        counts = {now[k][1] - before[k][1] for k in HISTOGRAMS}
+        if len(counts) != 1 or counts == {0.0}:
+            raise SystemExit(f"{path}: the histograms counted {sorted(counts)} requests; "
+                             "expected one count, above 0")
+        ms = {k: 1000 * (now[k][0] - before[k][0]) / (now[k][1] - before[k][1]) for k in HISTOGRAMS}
+        cell = path.name.removesuffix(".metrics.txt.gz")
+        yield cell, json.loads((mdir / f"{cell}.json").read_text())["mean_ttft_ms"], ms
+        before = now
+
+
 def main() -> None:
     print("| cell | client TTFT ms | server TTFT | queue | prefill (to first token out) | intake (server - queue - prefill) |")
     print("|---|---:|---:|---:|---:|---:|")
     for mdir in sorted(p for p in (HERE / "results").iterdir() if p.is_dir()):
-        before = {k: (0.0, 0.0) for k in HISTOGRAMS}
-        for path in cells(mdir):
-            now = totals(path)
-            counts = {now[k][1] - before[k][1] for k in HISTOGRAMS}
-            if len(counts) != 1 or counts == {0.0}:
-                raise SystemExit(f"{path}: the histograms counted {sorted(counts)} requests; "
-                                 "expected one count, above 0")
-            ms = {k: 1000 * (now[k][0] - before[k][0]) / (now[k][1] - before[k][1]) for k in HISTOGRAMS}
-            cell = path.name.removesuffix(".metrics.txt.gz")
-            client = json.loads((mdir / f"{cell}.json").read_text())["mean_ttft_ms"]
+        for cell, client, ms in phases(mdir):
             print(f"| {mdir.name}/{cell} | {client:.1f} | {ms['server']:.1f} | {ms['queue']:.1f} | "
                   f"{ms['prefill']:.1f} | {ms['server'] - ms['queue'] - ms['prefill']:.1f} |")
-            before = now
 
 
 if __name__ == "__main__":

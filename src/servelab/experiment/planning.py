@@ -21,7 +21,7 @@ from servelab.experiment.spec import ArmSpec, ExperimentSpec
 from servelab.hardware.catalog import GPUSpec, get_gpu
 from servelab.models import ModelGeometry, load_model
 from servelab.plan import EngineArgs, MemoryPlan, plan_memory
-from servelab.plan.roofline import decode_ceiling_tok_s, decode_step
+from servelab.plan.roofline import allreduce_time_s, decode_ceiling_tok_s, decode_step
 from servelab.sim.cost import kernel_times
 from servelab.sim.kernels import FAMILY_NAMES, kernel_family
 from servelab.speculation import draft_geometry
@@ -82,12 +82,16 @@ class ArmPlanner:
         """
         b = max(1, round(batch))
         pp = self.args.pipeline_parallel_size
-        st = decode_step(self.model, self.gpu, self.args, max(1, math.ceil(b / pp)),
-                         max(0, round(context_tokens)))
+        micro = max(1, math.ceil(b / pp))
+        st = decode_step(self.model, self.gpu, self.args, micro, max(0, round(context_tokens)))
+        # the all-reduce's traffic grows with the rows, its per-call latency does not: the
+        # traffic of `micro` more tokens (what a verification step's rows scale)
+        wire = allreduce_time_s(self.model, self.gpu, self.args, 2 * micro) - st.allreduce_s
         return {"batch": b, "context_tokens": round(context_tokens),
                 "step_ms": st.total_s * 1e3, "token_interval_ms": st.total_s * pp * 1e3,
                 "memory_ms": st.memory_s * 1e3, "compute_ms": st.compute_s * 1e3,
-                "allreduce_ms": st.allreduce_s * 1e3, "bound": st.bound, "bytes_read": st.bytes_read}
+                "allreduce_ms": st.allreduce_s * 1e3, "allreduce_traffic_ms": wire * 1e3,
+                "bound": st.bound, "bytes_read": st.bytes_read}
 
 
 def startup_from_plan(mem: MemoryPlan) -> StartupInfo:

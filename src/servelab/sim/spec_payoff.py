@@ -192,12 +192,15 @@ class PayoffModel:
         """The payoff at `concurrency` sequences of `context` tokens (with `refill`: a
         closed loop's replacement prefills in the steps too)."""
         base = self.base_step_s(concurrency, context, refill)
-        best_k, best = self.k, 0.0
+        best_k, best, own_s = self.k, 0.0, 0.0
         for k in range(1, self.k + 1):
-            rate = self.tokens_per_step(k) / self.spec_step_s(concurrency, context, k, refill)
+            step_s = self.spec_step_s(concurrency, context, k, refill)
+            rate = self.tokens_per_step(k) / step_s
             if rate > best * (1 + 1e-9):
                 best_k, best = k, rate
-        spec_ms = self.spec_step_s(concurrency, context, self.k, refill) / self.tokens_per_step(self.k) * 1e3
+            if k == self.k:
+                own_s = step_s
+        spec_ms = own_s / self.tokens_per_step(self.k) * 1e3
         base_ms = base * 1e3
         return Payoff(concurrency, base_ms, spec_ms, base_ms / spec_ms, best_k, self.tokens_per_step(self.k))
 
@@ -212,7 +215,8 @@ class PayoffModel:
         return None
 
     def speedup(self, concurrency: int, context: float, refill: Refill | None = None) -> float:
-        """`at(...).speedup` alone: the arm's own draft length, no search over K."""
+        """`at(...).speedup` alone (the crossover's scan): the arm's own draft length, no
+        search over K."""
         spec_s = self.spec_step_s(concurrency, context, self.k, refill) / self.tokens_per_step(self.k)
         return self.base_step_s(concurrency, context, refill) / spec_s
 
