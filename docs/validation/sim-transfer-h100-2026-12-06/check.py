@@ -26,7 +26,7 @@ import json
 from pathlib import Path
 
 from servelab.plan import EngineArgs
-from servelab.sim.calibrate import MeasuredCell, calibrate, evaluate
+from servelab.sim.calibrate import MeasuredCell, calibrate, evaluate, leave_one_model_out
 from servelab.sim.cost import SHIPPED_PROFILES, Calibration, default_calibration
 from servelab.sim.setup import SimOptions
 from servelab.storage import write_atomic
@@ -68,9 +68,15 @@ def main() -> None:
     ap.add_argument("--fit", action="store_true",
                     help="fit the H100 residual on FIT_MODELS' cells first (writes cal-h100.json)")
     ap.add_argument("--max-evals", type=int, default=80)
+    ap.add_argument("--leave-one-model-out", action="store_true",
+                    help="fit on every model but one, for each model, and report that one's error "
+                         "(writes lomo.md) instead of the table")
     a = ap.parse_args()
     cells = targets(HERE / "results")
     base = SimOptions(str(HERE / "results" / FIT_MODELS[0] / "config.json"), GPU, None, EngineArgs())
+    if a.leave_one_model_out:
+        write_atomic(HERE / "lomo.md", lomo(base, cells, a.max_evals).encode())
+        return
     cal_path = HERE / "cal-h100.json"
     if a.fit or not cal_path.exists():
         fit = calibrate(base, [t for t in cells if _model(t.name) in FIT_MODELS],
@@ -90,6 +96,21 @@ def main() -> None:
     text = render(rows, GPU in SHIPPED_PROFILES)
     write_atomic(HERE / f"{a.out}.md", text.encode())
     print(text)
+
+
+def lomo(base: SimOptions, cells: list[MeasuredCell], max_evals: int) -> str:
+    """Leave-one-model-out: per model, the residual fitted on the other models' H100 cells
+    and its error on this model's (throughput, mean TTFT, mean TPOT)."""
+    got = leave_one_model_out(base, cells, max_evals, progress=print)
+    lines = ["| held-out model | fitted on | throughput mean / max | TTFT mean / max | TPOT mean / max |",
+             "|---|---:|---|---|---|"]
+    for model, errs in got.items():
+        parts = []
+        for m in METRICS:
+            e = [abs(v) for k, v in errs.items() if k.endswith(":" + m)]
+            parts.append(f"{sum(e) / len(e):.1f} / {max(e):.1f} %" if e else "-")
+        lines.append(f"| {Path(model).parent.name} | {len(got) - 1} models | " + " | ".join(parts) + " |")
+    return "\n".join(lines) + "\n"
 
 
 def _model(name: str) -> str:
