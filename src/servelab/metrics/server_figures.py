@@ -107,7 +107,7 @@ def _combine(figs: Sequence[ServerFigures],
         mean_running=_mean([f.mean_running for f in figs]),
         peak_kv_usage=_peak([f.peak_kv_usage for f in figs]),
         preemptions=counters([f.preemptions for f in figs]),
-        prefix_hit_rate=_pooled_hit_rate(figs),
+        prefix_hit_rate=pooled_hit_rate(figs),
         prefix_queries=counters([f.prefix_queries for f in figs]),
         prompt_tokens=counters([f.prompt_tokens for f in figs]))
 
@@ -122,8 +122,9 @@ def lookups_per_prompt_token(f: ServerFigures) -> float | None:
     return f.prefix_queries / f.prompt_tokens
 
 
-def _pooled_hit_rate(figs: Sequence[ServerFigures]) -> float | None:
-    """Hits / queries over all of `figs`; the plain mean where a query count is missing."""
+def pooled_hit_rate(figs: Sequence[ServerFigures]) -> float | None:
+    """Hits / queries (fraction 0..1) over all of `figs` (a run's replicas, a workload's
+    cells); the plain mean where a query count is missing; None where none counted."""
     rated = [f for f in figs if f.prefix_hit_rate is not None]
     if not rated:
         return None

@@ -35,6 +35,15 @@ class SpecFigures:
     accepted_tokens: int
     proposal_rate: float | None
 
+    @property
+    def tokens_per_decode_step(self) -> float:
+        """Mean tokens a sequence gains per decode step: a step that carried a draft gives
+        the acceptance length, one without (n-gram drafts only on a match) one token."""
+        if self.acceptance_length <= 1.0:
+            return 1.0
+        share = self.proposal_rate if self.proposal_rate is not None else 1.0
+        return 1.0 + share * (self.acceptance_length - 1.0)
+
 
 @dataclass(frozen=True, slots=True)
 class CellFigures:

@@ -110,16 +110,6 @@ def weights_line(data: ExperimentData, c: CellFigures) -> str | None:
             f"{c.output_tok_s / b.output_tok_s:.2f}x")
 
 
-def _tokens_per_step(c: CellFigures) -> float:
-    """Mean tokens a sequence gains per decode step: a step that carried a draft gives the
-    acceptance length, one without (n-gram drafts only on a match) one token."""
-    sd = c.spec
-    if sd is None or sd.acceptance_length <= 1.0:
-        return 1.0
-    share = sd.proposal_rate if sd.proposal_rate is not None else 1.0
-    return 1.0 + share * (sd.acceptance_length - 1.0)
-
-
 def diagnose_cell(data: ExperimentData, c: CellFigures) -> Diagnosis:
     """One cell's diagnosis; its first line names the workload and load."""
     base = data.cell(data.baseline, c.workload, c.load)
@@ -128,7 +118,7 @@ def diagnose_cell(data: ExperimentData, c: CellFigures) -> Diagnosis:
         max_num_seqs=_max_num_seqs(data, c.arm), concurrency=c.concurrency, server=c.server,
         mean_itl_ms=c.mean_itl_ms, mean_ttft_ms=c.mean_ttft_ms, roofline=c.roofline,
         failed=c.failed, baseline_ttft_ms=base_ttft,
-        tokens_per_step=_tokens_per_step(c)))
+        tokens_per_step=c.spec.tokens_per_decode_step if c.spec is not None else 1.0))
     first, *rest = d.lines
     more = tuple(x for x in (weights_line(data, c), routing_line(data, c)) if x is not None)
     traps = tuple(f"measurement: {note}" for note in c.trap_notes)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from servelab.errors import ServelabError
 from servelab.experiment.arms import engine_path, planner_args, sim_calibration
 from servelab.experiment.spec import ExperimentSpec
-from servelab.metrics.server_figures import ServerFigures
+from servelab.metrics.server_figures import pooled_hit_rate
 from servelab.report.data import CellFigures, ExperimentData
 from servelab.report.tables import Table, fmt, ratio
 from servelab.sim.engine import build_engine
@@ -123,8 +123,7 @@ def refill_of(cells: list[CellFigures]) -> Refill | None:
     if not done:
         return None
     prompt = sum(c.mean_input_len for c in done) / len(done)
-    # pooled as a run's replicas are: hits / lookups over every cell that counted them
-    hit = ServerFigures.over_replicas([c.server for c in done]).prefix_hit_rate or 0.0
+    hit = pooled_hit_rate([c.server for c in done]) or 0.0
     return Refill(prompt * (1.0 - hit), prompt * hit, sum(c.mean_output_len for c in done) / len(done))
 
 
