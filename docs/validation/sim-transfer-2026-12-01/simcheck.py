@@ -193,14 +193,22 @@ def render(rows: list[dict]) -> str:
         for role in ("fit", "held out", "held out, no stall"):
             sel = [r for r in rows if r["residual"] == label and r["role"] == role.split(",")[0]
                    and r["metric"] in METRICS and not (role.endswith("no stall") and r.get("stall"))]
-            for m in (*METRICS, "all three"):
-                s = sel if m == "all three" else [r for r in sel if r["metric"] == m]
-                if not s:
-                    continue
-                errs = [abs(r["error_pct"]) for r in s]
-                lines.append(f"| {label} | {role} | {m} | {len(s)} | {sum(errs) / len(errs):.1f} % | "
-                             f"{max(errs):.1f} % | {sum(e <= 10 for e in errs)}/{len(s)} |")
+            lines += summary_rows(f"{label} | {role}", sel, (10,))
     return "\n".join(lines) + "\n"
+
+
+def summary_rows(prefix: str, rows: list[dict], within: tuple[int, ...]) -> list[str]:
+    """Per metric of METRICS and over all three: `| prefix | metric | cells | mean abs error |
+    max | within each bound (%) |` of `rows` (each with `metric` and `error_pct`)."""
+    out = []
+    for m in (*METRICS, "all three"):
+        s = rows if m == "all three" else [r for r in rows if r["metric"] == m]
+        if not s:
+            continue
+        errs = [abs(r["error_pct"]) for r in s]
+        bounds = " | ".join(f"{sum(e <= b for e in errs)}/{len(s)}" for b in within)
+        out.append(f"| {prefix} | {m} | {len(s)} | {sum(errs) / len(errs):.1f} % | {max(errs):.1f} % | {bounds} |")
+    return out
 
 
 if __name__ == "__main__":

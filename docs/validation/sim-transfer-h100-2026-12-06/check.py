@@ -136,14 +136,7 @@ def render(rows: list[dict], profiled: bool) -> str:
     for label in (SHIPPED, FITTED):
         for role in ("fit", "held out"):
             sel = [r for r in rows if r["residual"] == label and r["role"] == role]
-            for m in (*METRICS, "all three"):
-                s = sel if m == "all three" else [r for r in sel if r["metric"] == m]
-                if not s:
-                    continue
-                errs = [abs(r["error_pct"]) for r in s]
-                lines.append(f"| {label} | {role} | {m} | {len(s)} | {sum(errs) / len(errs):.1f} % | "
-                             f"{max(errs):.1f} % | {sum(e <= 10 for e in errs)}/{len(s)} | "
-                             f"{sum(e <= 25 for e in errs)}/{len(s)} |")
+            lines += simcheck.summary_rows(f"{label} | {role}", sel, (10, 25))
     return "\n".join(lines) + "\n"
 
 
