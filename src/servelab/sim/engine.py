@@ -237,7 +237,7 @@ class SimEngine:
         self.add(req.request_id, req.prompt_token_ids, req.max_tokens, req.arrival_s)
 
     def add(self, request_id: str, prompt_token_ids: Sequence[int],
-            max_tokens: int, arrival_s: float, tag: object = None,
+            max_tokens: int, arrival_s: float, tag: int = -1,
             preloaded_tokens: int = 0) -> SchedRequest:
         """`add_request` for drivers that keep a handle (`tag` is theirs to read back);
         `preloaded_tokens` of the prompt have their KV already (moved in from a prefill

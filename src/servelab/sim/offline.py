@@ -48,9 +48,8 @@ from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace, dataclass
-from itertools import accumulate, repeat
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Final, cast
 
 import numpy as np
 
@@ -63,7 +62,7 @@ from servelab.routing.records import NoFeedback, RouteRequest, count_chooser
 from servelab.sim.cluster import Cluster
 from servelab.sim.engine import RequestRejected, SimEngine, rejection_message
 from servelab.sim.native import by_fields
-from servelab.sim.scheduler import ScheduledStep
+from servelab.sim.scheduler import SchedRequest, ScheduledStep
 from servelab.sim.setup import SimOptions, build_cluster, fit_token_ids, kv_transfer
 from servelab.sim.speculative import SpecCounters
 from servelab.workload.arrivals import ArrivalOptions, schedule_s
@@ -76,7 +75,16 @@ from servelab.workload.datasets import (
 from servelab.workload.request import RequestSpec
 from servelab.workload.tokenizer import load_tokenizer
 
-_STEP_DONE, _REACH, _DUE, _KICK, _ADMIT, _LOOP, _TOKENIZED, _TRANSFERRED = 0, 1, 2, 3, 4, 5, 6, 7
+# Event kinds. `Final`: the compiled build reads them as C constants, not from the module's
+# dictionary at every comparison of the event loop.
+_STEP_DONE: Final = 0
+_REACH: Final = 1
+_DUE: Final = 2
+_KICK: Final = 3
+_ADMIT: Final = 4
+_LOOP: Final = 5
+_TOKENIZED: Final = 6
+_TRANSFERRED: Final = 7
 
 
 @dataclass(frozen=True, slots=True)
@@ -285,7 +293,11 @@ class _Flight:
 
 
 # What a replica's event loop is doing (`_EventLoop.current`).
-_IDLE, _OUTPUTS, _CHUNK, _TAKE_IN, _HAND_OFF = 0, 1, 2, 3, 4
+_IDLE: Final = 0
+_OUTPUTS: Final = 1
+_CHUNK: Final = 2
+_TAKE_IN: Final = 3
+_HAND_OFF: Final = 4
 
 
 class _EventLoop:
@@ -298,7 +310,8 @@ class _EventLoop:
     __slots__ = ("steps", "tasks", "waiting", "current", "item")
 
     def __init__(self) -> None:
-        self.steps: deque[tuple[list, list[int], list]] = deque()  # outputs not yet processed
+        # outputs not yet processed: (emitted, tokens each, finished)
+        self.steps: deque[tuple[list[SchedRequest], list[int], list[SchedRequest]]] = deque()
         self.tasks: deque[tuple[int, int]] = deque()    # (_CHUNK | _TAKE_IN | _HAND_OFF, request)
         self.waiting: dict[int, int] = {}                # request -> tokens waiting to be sent
         self.current = _IDLE
@@ -337,7 +350,8 @@ def _run(cluster: Cluster | _OneOfFleet, requests: Sequence[OfflineRequest],
     # a step's (emitted, tokens each, finished): the counts are read when the step is
     # applied, since the engine applies its next step (and rewrites `num_new_output`)
     # before the API server's loop gets to this one's outputs
-    pending: list[tuple[list, list[int], list]] = [([], [], [])] * len(engines)
+    pending: list[tuple[list[SchedRequest], list[int], list[SchedRequest]]] = (
+        [([], [], [])] * len(engines))
     ingress = cluster.ingress_s
     learns = cluster.learns  # (the mean ITL a finish reports is read only then)
     intake_free = [t0] * len(engines)  # when each replica's tokenizer worker is next free
@@ -385,7 +399,7 @@ def _run(cluster: Cluster | _OneOfFleet, requests: Sequence[OfflineRequest],
         if prefill_role[k]:
             # a layer-wise transfer overlaps the prefill itself, timed from its first chunk
             for r in step.reqs:
-                fl = flights[r.tag]  # type: ignore[call-overload, index]
+                fl = flights[r.tag]
                 if not fl.prefill_started:  # type: ignore[union-attr]
                     fl.prefill_started, fl.prefill_start_s = True, now  # type: ignore[union-attr]
         heapq.heappush(heap, (now + dur, seq, _STEP_DONE, k))
@@ -540,7 +554,7 @@ def _run(cluster: Cluster | _OneOfFleet, requests: Sequence[OfflineRequest],
             else:
                 slot_queue.append((i, d))
 
-    def decode_run(k: int, s: float, out: list) -> tuple[float, list]:
+    def decode_run(k: int, s: float, out: list[SchedRequest]) -> tuple[float, list[SchedRequest]]:
         """Within a decode stretch (`decode_stretch`), at `s`: step s's outputs `out` (the
         running batch, none of them finished) wait for the loop, and the batch stays the
         same until the step that finishes its first request. Take the leading steps of
@@ -554,47 +568,72 @@ def _run(cluster: Cluster | _OneOfFleet, requests: Sequence[OfflineRequest],
         nonlocal steps, t_last
         eng = engines[k]
         b = len(out)
-        n = min(r.max_tokens - r.num_output for r in out)
-        if n < 2 or len(eng.scheduler.running) != b:
+        if not b or len(eng.scheduler.running) != b:
+            return s, []
+        # (plain loops over typed values rather than `min`, `sum` and `accumulate` over
+        # generators: the compiled build runs them in C doubles and ints; the same sums)
+        n = out[0].max_tokens - out[0].num_output
+        ctx = b
+        for r in out:
+            togo = r.max_tokens - r.num_output
+            if togo < n:
+                n = togo
+            ctx += r.num_computed
+        if n < 2:
             return s, []
         h = heap[0][0] if heap else inf
         if free_slots > 0:
-            h = min(h, next_due + ingress)
-        ctx = sum(r.num_computed for r in out) + b
+            reach = next_due + ingress
+            if reach < h:
+                h = reach
         times = eng.decode_times
-        known = times.table(b).get  # the memo read inline; a miss asks `seconds_for`
+        known = times.table(b)  # the memo read inline; a miss asks `seconds_for`
         dt = tok_cost * b
-        costs = [chunk_cost] * b
-        rows = []  # per step: the outputs piece's end, then each request's chunk end
+        w = b + 1
+        # per step taken: the outputs piece's end, then each request's chunk end, one flat
+        # list (row j at j * w); a step that fails leaves its row past the taken ones
+        flat: list[float] = []
+        taken = 0
         e = s
         for _ in range(n):
-            d = known(ctx)
+            d = known.get(ctx)
             e_next = e + (d if d is not None else times.seconds_for(b, ctx))
             if e_next >= h:
                 break
-            cs = list(accumulate(costs, initial=e + dt))
-            if not cs[-1] < e_next:
+            c = e + dt
+            flat.append(c)
+            for _m in range(b):
+                c += chunk_cost
+                flat.append(c)
+            if not c < e_next:
                 break
-            rows.append(cs)
+            taken += 1
             e = e_next
             ctx += b
-        taken = len(rows)
         if taken < 2:
             return s, []
-        flights_ = [flights[r.tag] for r in out]
-        if not all(fl.times for fl in flights_):  # type: ignore[union-attr]
-            return s, []
-        last = rows[-1][-1]
-        if not last <= 2.0 * min(fl.times[-1] for fl in flights_):  # type: ignore[union-attr]
+        flights_: list[_Flight] = []
+        lowest = inf
+        for r in out:
+            fl = flights[r.tag]
+            assert fl is not None
+            if not fl.times:
+                return s, []
+            prev = fl.times[-1]
+            if prev < lowest:
+                lowest = prev
+            flights_.append(fl)
+        end = taken * w
+        last = flat[end - 1]
+        if not last <= 2.0 * lowest:
             return s, []
         fin = eng.advance_decodes(taken)
         if fin is None:
             return s, []
-        cols = iter(zip(*rows))
-        next(cols)  # the outputs pieces
-        for fl, col in zip(flights_, cols):
-            fl.times.extend(col)  # type: ignore[union-attr]
-            fl.chunks += taken  # type: ignore[union-attr]
+        for m in range(b):
+            fl = flights_[m]
+            fl.times.extend(flat[m + 1:end:w])
+            fl.chunks += taken
         if last > t_last:
             t_last = last
         steps += taken
@@ -645,8 +684,8 @@ def _run(cluster: Cluster | _OneOfFleet, requests: Sequence[OfflineRequest],
         drain_dues(s)
         step_window(k, s, out, fin, adv)
 
-    def step_window(k: int, s: float, out: list, fin: list,
-                    adv: tuple[float, list, list] | None = None) -> None:
+    def step_window(k: int, s: float, out: list[SchedRequest], fin: list[SchedRequest],
+                    adv: tuple[float, list[SchedRequest], list[SchedRequest]] | None = None) -> None:
         """The `_STEP_DONE` branch at `s` for replica k whose loop is idle (the step that
         ended there emitted `out`, of which `fin` finished), when no decode stretch goes
         on from there: the next step started as `start_step` starts it (`adv`: already
@@ -689,7 +728,8 @@ def _run(cluster: Cluster | _OneOfFleet, requests: Sequence[OfflineRequest],
         before `t`: an event at t would be the next one taken."""
         return t < next_due and (not heap or t < heap[0][0])
 
-    def window(s: float, out: list, fin: list) -> tuple[list[float], float]:
+    def window(s: float, out: list[SchedRequest],
+               fin: list[SchedRequest]) -> tuple[list[float], float]:
         """The loop's work from `s` (idle then) on a step's outputs `out` (`fin` finished):
         when its pieces end (the outputs piece at s + dt, as `loop_next` times it, then each
         chunk `chunk_cost` later, added in order), and the horizon: the heap's next event,
@@ -697,29 +737,40 @@ def _run(cluster: Cluster | _OneOfFleet, requests: Sequence[OfflineRequest],
         free one, the REACH the first completion would cause by sending a queued request."""
         h = heap[0][0] if heap else inf
         if free_slots > 0 or fin:
-            h = min(h, next_due + ingress)
-        cs = list(accumulate(repeat(chunk_cost, len(out)), initial=s + tok_cost * len(out)))
+            reach = next_due + ingress
+            if reach < h:
+                h = reach
+        # (`accumulate`'s sums written out: the compiled build adds C doubles)
+        c = s + tok_cost * len(out)
+        cs = [c]
+        for _ in range(len(out)):
+            c += chunk_cost
+            cs.append(c)
         if fin and slot_queue:
-            h = min(h, cs[1] + ingress)
+            reach = cs[1] + ingress
+            if reach < h:
+                h = reach
         return cs, h
 
-    def send_window(out: list, cs: list[float], fin: list) -> None:
+    def send_window(out: list[SchedRequest], cs: list[float], fin: list[SchedRequest]) -> None:
         """`window`'s chunks sent: each request's token at its chunk's end, the finished
         ones completed there (after the requests due by then)."""
         nonlocal t_last
-        done_tags = {r.tag for r in fin} if fin else ()
-        for r, c in zip(out, cs[1:]):
+        for m in range(len(out)):
+            r = out[m]
+            c = cs[m + 1]
             tag = r.tag
             fl = flights[tag]
-            fl.chunks += 1  # type: ignore[union-attr]
-            times = fl.times  # type: ignore[union-attr]
+            assert fl is not None
+            fl.chunks += 1
+            times = fl.times
             if times:
                 prev = times[-1]
                 times.append(prev + (c - prev))  # `_arrive`'s gap / 1 x 1: exact
             else:
                 times.append(c)
-            if tag in done_tags:
-                fl.engine_done = True  # type: ignore[union-attr]
+            if fin and r in fin:  # (`fin` holds a request or two, mostly none)
+                fl.engine_done = True
                 drain_dues(c)
                 complete(tag, c)
         if cs[-1] > t_last:
@@ -846,12 +897,12 @@ def _run(cluster: Cluster | _OneOfFleet, requests: Sequence[OfflineRequest],
                     loop_next(arg, now)
             elif prefill_role[arg]:
                 for r in done:
-                    hand_off(r.tag, arg, now)  # type: ignore[arg-type]
+                    hand_off(r.tag, arg, now)
             else:
                 for r, n in zip(emitted, counts):
-                    _arrive(flights[r.tag], now, n)  # type: ignore[arg-type, index]
+                    _arrive(flights[r.tag], now, n)  # type: ignore[arg-type]
                 for r in done:
-                    complete(r.tag, now)  # type: ignore[arg-type]
+                    complete(r.tag, now)
                 t_last = now
             if engines[arg].has_work():
                 start_step(arg, now)

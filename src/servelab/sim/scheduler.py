@@ -44,7 +44,7 @@ class SchedRequest:
     )
 
     def __init__(self, request_id: str, prompt_len: int, max_tokens: int, arrival_s: float,
-                 hashes: list[int], tag: object = None) -> None:
+                 hashes: list[int], tag: int = -1) -> None:
         self.request_id = request_id
         self.prompt_len = prompt_len
         self.max_tokens = max_tokens
@@ -55,7 +55,7 @@ class SchedRequest:
         self.blocks: list[int] = []
         self.num_registered = 0         # leading blocks registered in the prefix cache
         self.finished = False
-        self.tag = tag                  # the driver's handle (e.g. a record index)
+        self.tag = tag                  # the driver's handle (e.g. a record index; -1: none)
         self.num_preemptions = 0
         self.num_draft = 0              # draft tokens proposed for the next step
         self.sched_draft = 0            # draft tokens scheduled in the current step
