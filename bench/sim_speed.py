@@ -205,7 +205,7 @@ def main() -> None:
             for e in slow_cluster.engines:
                 ops = e.cost.ops  # type: ignore[attr-defined]
                 ops._per_tokens, ops._per_seqs, ops._decode_attn = _NoCache(), _NoCache(), _NoCache()
-                ops._shapes = _NoCache()
+                ops._shapes, ops._attn_at = _NoCache(), _NoCache()
                 e.cost._decode_parts = _NoCache()  # type: ignore[attr-defined]
             slow, slow_wall = _timed(slow_cluster, wl.requests, wl.intended_s, 10, stepwise=True)
             _report("   baseline: every kernel priced on every step", slow, slow_wall)

@@ -153,26 +153,28 @@ class DecodeStepTimes:
     tokens), the only counts such a step's price depends on, memoised from one cost model:
     replicas that share the cost model share this too (`servelab.sim.setup` builds them
     so), and a fleet's replicas run the same decode shapes over and over. At most
-    `max_entries` shapes are kept (then the rest are priced each time), so a long run's
+    `max_slots` slots are kept (then the rest are priced each time), so a long run's
     memory stays bounded."""
 
-    __slots__ = ("cost", "max_entries", "_by_seqs", "_entries")
+    __slots__ = ("cost", "max_slots", "_by_seqs", "_slots")
 
-    def __init__(self, cost: CostModel, max_entries: int = 1 << 18) -> None:
+    def __init__(self, cost: CostModel, max_slots: int = 1 << 22) -> None:
         self.cost = cost
-        self.max_entries = max_entries
-        # seconds by context tokens, one table per batch size: a drive through a stretch
-        # of one batch reads one small table by an int key (`table`), not a fleet-sized one
-        # by a tuple
-        self._by_seqs: dict[int, dict[int, float]] = {}
-        self._entries = 0
+        self.max_slots = max_slots
+        # seconds by context tokens, one list per batch size indexed by the context tokens
+        # (None: not priced yet): a decode run reads the contexts of one batch size one
+        # step apart, neighbours in one list rather than entries scattered over a hash
+        # table (a memo read was a third of a decode run's time as a dict)
+        self._by_seqs: dict[int, list[float | None]] = {}
+        self._slots = 0
 
-    def table(self, seqs: int) -> dict[int, float]:
-        """The memo of decode steps of `seqs` sequences, by context tokens: what it holds is
-        `seconds_for(seqs, context)` (a miss: ask `seconds_for`, which fills it)."""
+    def table(self, seqs: int) -> list[float | None]:
+        """The memo of decode steps of `seqs` sequences: item c, where the list reaches
+        it and not None, is `seconds_for(seqs, c)` (else ask `seconds_for`, which fills
+        it while the slots last)."""
         got = self._by_seqs.get(seqs)
         if got is None:
-            got = self._by_seqs[seqs] = {}
+            got = self._by_seqs[seqs] = []
         return got
 
     def seconds(self, step: ScheduledStep) -> float:
@@ -184,15 +186,21 @@ class DecodeStepTimes:
         `context_tokens` in all (`step`: that step, when the caller has it; else one is
         built only if the shape is priced)."""
         table = self.table(seqs)
-        got = table.get(context_tokens)
-        if got is None:
-            if step is None:
-                step = ScheduledStep([], [], seqs, context_tokens, 0, 0, 0)
-            got = self.cost.step_duration_s(step)
-            if self._entries < self.max_entries:
-                table[context_tokens] = got
-                self._entries += 1
-        return got
+        if context_tokens < len(table):
+            got = table[context_tokens]
+            if got is not None:
+                return got
+        if step is None:
+            step = ScheduledStep([], [], seqs, context_tokens, 0, 0, 0)
+        priced = self.cost.step_duration_s(step)
+        short = context_tokens + 1 - len(table)
+        if short <= 0:
+            table[context_tokens] = priced
+        elif self._slots + short <= self.max_slots:
+            table.extend([None] * short)
+            self._slots += short
+            table[context_tokens] = priced
+        return priced
 
 
 class SimEngine:

@@ -97,6 +97,9 @@ class _Shape:
 # Shapes `OperatorModel.parts` keeps (a fleet's million requests make tens of thousands;
 # beyond this many the memo starts again rather than grow with every step).
 SHAPES_KEPT = 1 << 16
+# Decode attention prices `OperatorModel.decode_attention` keeps by (sequences, context
+# tokens); beyond this many it prices the rest each time.
+ATTENTION_KEPT = 1 << 18
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,6 +156,7 @@ class OperatorModel:
         self._per_tokens: dict[int, float] = {}
         self._per_seqs: dict[int, float] = {}
         self._decode_attn: dict[int, Callable[[int], float]] = {}
+        self._attn_at: dict[tuple[int, int], float] = {}
         self._shapes: dict[tuple[int, int, int, int, int, bool | None], _Shape] = {}
         if model.is_mla:
             # MLA decode attends in the latent space: one "head" of the latent width per query
@@ -341,14 +345,25 @@ class OperatorModel:
         qh, kvh, hd = self.q_heads, self.attn_kv_heads, self.attn_head_dim
         full, sliding, window = self.full_layers, self.sliding_layers, self.window
         per_layer = k.attn_decode_fn(seqs, qh, kvh, hd)  # over the context per sequence
+        # Kept by (sequences, context tokens): a fleet's mixed steps (one or two a request)
+        # price the running batch's attention at contexts that its decode steps, and other
+        # replicas' steps, have mostly priced before (its interpolation is most of a mixed
+        # step's price).
+        kept = self._attn_at
 
         def seconds(decode_ctx: int) -> float:
+            key = (seqs, decode_ctx)
+            got = kept.get(key)
+            if got is not None:
+                return got
             t = 0.0
             ctx = decode_ctx / seqs
             if full:
                 t += full * per_layer(ctx)
             if sliding:  # a sliding layer attends to its window at most
                 t += sliding * per_layer(min(ctx, window))
+            if len(kept) < ATTENTION_KEPT:
+                kept[key] = t
             return t
         self._decode_attn[seqs] = seconds
         return seconds
