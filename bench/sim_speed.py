@@ -19,8 +19,8 @@ routing policy asked through a view per replica, no decode stretch taken in one 
 replica simulated alone); the bench
 checks that both give identical records and prints the speed-up. Case 1 also runs a third
 time, stepwise, with the operator cost model's caches switched off (per token count,
-per sequence count, per step shape, and a decode step's per-batch parts: every step prices every kernel
-again), so that ratio shows what pricing each distinct step shape once buys. Workload building
+per sequence count, per step shape, the decode attention by context, and a decode step's
+per-batch parts: every step prices every kernel again), so that ratio shows what pricing each distinct step shape once buys. Workload building
 (tokenising, drawing lengths) is outside the timings.
 
 The bench says which build of the simulator ran (`servelab.sim.BUILD`: compiled by mypyc
