@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from servelab.experiment import load_spec, run_experiment
-from servelab.sim.cost import Calibration, default_calibration
+from servelab.hardware.catalog import get_gpu
+from servelab.sim.cost import Calibration, default_calibration, shipped_profile
 
 pytestmark = pytest.mark.slow
 
@@ -78,6 +79,24 @@ def test_calibrating_on_an_experiments_cells_recovers_its_factors(tmp_path: Path
     # ... and the factors the data pins down come back (see module docstring).
     assert fit.gpu_time_scale == pytest.approx(TRUTH.gpu_time_scale, rel=0.05)
     assert fit.request_overhead_ms == pytest.approx(TRUTH.request_overhead_ms, rel=0.15)
+
+
+def test_a_given_profile_prices_the_experiments_cells(tmp_path: Path) -> None:
+    """--profile with --experiment: every kernel of the profile 1.3x slower than the shipped
+    one the cells were simulated on, so the fit's GPU scale comes back 1.3x smaller."""
+    _simulated(tmp_path, SPEC, TRUTH)
+    shipped = shipped_profile(get_gpu("H200"))
+    assert shipped is not None
+    slow = shipped.model_copy(update={
+        family: [p.model_copy(update={"time_us": p.time_us * 1.3}) for p in getattr(shipped, family)]
+        for family in ("gemm", "elementwise", "attention_decode", "attention_prefill", "moe")})
+    (tmp_path / "slow.json").write_text(slow.to_json())
+    out = tmp_path / "fit.json"
+    proc = _calibrate("--experiment", str(tmp_path / "run"), "--profile", str(tmp_path / "slow.json"),
+                      "--arm", "bf16", "--out", str(out), "--max-evals", "200")
+    assert proc.returncode == 0, proc.stderr
+    fit = Calibration.load(out)
+    assert fit.gpu_time_scale == pytest.approx(TRUTH.gpu_time_scale / 1.3, rel=0.05)
 
 
 def test_only_the_named_arm_and_loads_are_fitted_and_bad_names_are_refused(tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -34,7 +35,14 @@ from servelab.sim.cost import (
     shipped_profile,
 )
 from servelab.sim.kernel_profile import KernelProfile
-from servelab.sim.kernels import DatasheetKernels, ProfiledKernels, _Curve, kernel_family
+from servelab.sim.kernels import (
+    ATTN_COMPUTE,
+    DECODE_ATTN_FLOOR_S,
+    DatasheetKernels,
+    ProfiledKernels,
+    _Curve,
+    kernel_family,
+)
 from servelab.sim import operators
 from servelab.sim.operators import OperatorModel
 from servelab.sim.scheduler import ScheduledStep
@@ -79,6 +87,58 @@ def test_decode_attention_follows_kv_bytes_per_sequence() -> None:
     at_2x = next(x for x in prof.attention_decode if (x.q_heads, x.kv_heads, x.head_dim) == (32, 8, 128)
                  and x.batch == 16 and x.context == 2048)
     assert kt.attn_decode_s(16, 1024, 64, 16, 128) == pytest.approx(at_2x.time_us * 1e-6, rel=1e-6)
+
+
+def _with_verification_rows(prof: KernelProfile, factor: dict[int, float]) -> KernelProfile:
+    """`prof` plus verification rows: each decode point again at `queries` q, `factor[q]` x
+    its time (a known answer for the interpolation)."""
+    extra = [p.model_copy(update={"queries": q, "time_us": p.time_us * f})
+             for q, f in factor.items() for p in prof.attention_decode if p.queries == 1]
+    return prof.model_copy(update={"attention_decode": [*prof.attention_decode, *extra]})
+
+
+def test_verification_attention_reads_the_rows_of_its_queries_per_sequence() -> None:
+    prof = _with_verification_rows(_profile(), {3: 1.1, 8: 1.5})
+    kt = ProfiledKernels(prof, H200, DatasheetKernels(H200))
+    one = kt.attn_decode_s(16, 512, 32, 8, 128)
+    assert kt.attn_decode_s(16, 512, 32, 8, 128, queries=3) == pytest.approx(1.1 * one, rel=1e-9)
+    assert kt.attn_decode_s(16, 512, 32, 8, 128, queries=8) == pytest.approx(1.5 * one, rel=1e-9)
+    # between rows: linear in (log queries, log time)
+    f = math.log(5 / 3) / math.log(8 / 3)
+    assert kt.attn_decode_s(16, 512, 32, 8, 128, queries=5) == pytest.approx(
+        one * math.exp(math.log(1.1) + f * (math.log(1.5) - math.log(1.1))), rel=1e-9)
+    # between the decode's row (1) and the first verification row; beyond the last: its time
+    g = math.log(2) / math.log(3)
+    assert kt.attn_decode_s(16, 512, 32, 8, 128, queries=2) == pytest.approx(one * 1.1 ** g, rel=1e-9)
+    assert kt.attn_decode_s(16, 512, 32, 8, 128, queries=12) == pytest.approx(1.5 * one, rel=1e-9)
+
+
+def test_a_profile_without_verification_rows_prices_a_verification_as_the_decode() -> None:
+    kt = ProfiledKernels(_profile(), H200, DatasheetKernels(H200))
+    assert kt.attn_decode_s(64, 700, 40, 8, 128, queries=7) == kt.attn_decode_s(64, 700, 40, 8, 128)
+
+
+def test_a_verification_steps_attention_has_its_drafts_as_queries_per_sequence() -> None:
+    prof = _with_verification_rows(_profile(), {3: 1.1, 8: 1.5})
+    kt = ProfiledKernels(prof, H200, DatasheetKernels(H200))
+    model = load_model("Qwen/Qwen3-14B")
+    ops = OperatorModel(model, H200, EngineArgs(), kt, num_speculative_tokens=4)
+    seqs, ctx = 32, 32 * 600
+    got = ops.parts(seqs, ctx, 0, 0, 0, draft_tokens=seqs * 4).attention_s
+    # Qwen3-14B: 40 full-attention layers, 40 query and 8 KV heads of 128 on one GPU
+    assert got == pytest.approx(40 * kt.attn_decode_s(seqs, 600, 40, 8, 128, queries=5), rel=1e-9)
+    assert got > ops.parts(seqs, ctx, 0, 0, 0).attention_s
+
+
+def test_datasheet_verification_attention_turns_compute_bound_with_enough_queries() -> None:
+    kt = DatasheetKernels(H200)
+    # one query: the KV read; the same bytes at 64 queries and 4,096 context x 32 heads of
+    # 128 are 4 x 64 x 4096 x 32 x 128 FLOPs per sequence, past the read at 0.9 x 4.8 TB/s
+    kv_s = kt.attn_decode_s(1, 4096, 32, 8, 128)
+    assert kt.attn_decode_s(1, 4096, 32, 8, 128, queries=2) == kv_s
+    flops = 4.0 * 64 * 4096 * 32 * 128
+    assert kt.attn_decode_s(1, 4096, 32, 8, 128, queries=64) == pytest.approx(
+        DECODE_ATTN_FLOOR_S + flops / (H200.dense_bf16_tflops * 1e12 * ATTN_COMPUTE), rel=1e-9)
 
 
 def test_moe_at_a_profiled_shape_is_the_measured_time() -> None:

@@ -23,6 +23,7 @@ from servelab.cli.engine_flags import EngineFlags, sim_engine_flags
 from servelab.cli.engine_flags import engine_options as engine_options  # `sweep` imports it from here
 from servelab.cli.flags import load_flags, workload_flags
 from servelab.errors import ServelabError
+from servelab.sim.kernel_profile import KernelProfile
 from servelab.sim.setup import SimOptions
 from servelab.storage import check_writable, check_writable_dir
 from servelab.workload.arrivals import ArrivalOptions
@@ -157,7 +158,8 @@ def calibrate_cmd(
     (seed, tokenizer) and from these flags (dataset, num-prompts, rate, concurrency).
     `--experiment DIR`: every cell of the experiment (or those of --arm / --cells), each
     with the workload, seed, load, warm-ups and tokenizer it recorded, on its own arm
-    (model, weight format, engine args); GPU from the spec. Prints the error per cell.
+    (model, weight format, engine args); GPU from the spec, kernels from `--profile` when
+    given. Prints the error per cell.
     """
     from servelab.sim.calibrate import FIT_SETS, calibrate, continued, for_fit, load_targets, parse_model_for, with_models
     from servelab.sim.calibrate import leave_one_model_out as loo
@@ -183,6 +185,11 @@ def calibrate_cmd(
                                  notes, list(workload or []))
         for note in notes:
             console.print(f"note: {note}", highlight=False)
+        if engine.profile is not None:  # the experiment's arms, priced from this profile
+            prof = KernelProfile.load(engine.profile)
+            for t in targets:
+                assert t.options is not None
+                t.options = dataclasses.replace(t.options, profile=prof)
         assert targets[0].options is not None
         opts = targets[0].options
     else:

@@ -74,10 +74,13 @@ class _AttentionPoint(_Record):
 
 
 class AttentionDecodePoint(_AttentionPoint):
-    """Paged decode attention: `batch` sequences of `context` tokens each, one query token."""
+    """Paged decode attention: `batch` sequences of `context` tokens each, `queries` query
+    tokens per sequence (1: a decode; K + 1: a speculative verification of K drafts, causal
+    over the sequence's last tokens)."""
 
     batch: int = Field(ge=1)
     context: int = Field(ge=1)
+    queries: int = Field(1, ge=1)
 
 
 class AttentionPrefillPoint(_AttentionPoint):

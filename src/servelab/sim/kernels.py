@@ -62,9 +62,9 @@ class KernelTimes(Protocol):
     def gemm_s(self, family: str, m: int, n: int, k: int) -> float: ...
     def elementwise_s(self, nbytes: float) -> float: ...
     def attn_decode_s(self, batch: int, context: float, q_heads: int, kv_heads: int,
-                      head_dim: int) -> float: ...
+                      head_dim: int, queries: float = 1.0) -> float: ...
     def attn_decode_fn(self, batch: int, q_heads: int, kv_heads: int,
-                       head_dim: int) -> Callable[[float], float]: ...
+                       head_dim: int, queries: float = 1.0) -> Callable[[float], float]: ...
     def attn_prefill_s(self, tokens: int, cached: float, q_heads: int, kv_heads: int,
                        head_dim: int) -> float: ...
     def moe_s(self, tokens: int, experts: int, topk: int, hidden: int, inter: int) -> float: ...
@@ -186,7 +186,7 @@ class ProfiledKernels:
         self.gpu = gpu
         self.fallback = fallback
         self._memo: dict[tuple[int, int, int, int], tuple[int, int, int]] = {}
-        self._decode_fns: dict[tuple[int, int, int, int], Callable[[float], float]] = {}
+        self._decode_fns: dict[tuple[int, int, int, int, float], Callable[[float], float]] = {}
         self.source = f"profiled {gpu.name} ({profile.device.gpu_name}, vLLM {profile.device.vllm})"
         self._gemm: dict[str, tuple[list[float], list[_EffCurve]]] = {}
         by_fam: dict[str, dict[tuple[int, int], list[tuple[int, float]]]] = defaultdict(lambda: defaultdict(list))
@@ -200,11 +200,16 @@ class ProfiledKernels:
             self._gemm[fam] = (lnk, curves)
         self._elem = (_Curve([p.bytes for p in profile.elementwise], [p.time_us * 1e-6 for p in profile.elementwise])
                       if profile.elementwise else None)
-        self._decode: dict[tuple[int, int, int], _Grid2] = {}
-        groups: dict[tuple[int, int, int], list[tuple[float, float, float]]] = defaultdict(list)
+        # per head layout: (query tokens per sequence profiled, a (batch, context) grid each)
+        self._decode: dict[tuple[int, int, int], tuple[tuple[int, ...], tuple[_Grid2, ...]]] = {}
+        groups: dict[tuple[int, int, int], dict[int, list[tuple[float, float, float]]]] = defaultdict(
+            lambda: defaultdict(list))
         for p in profile.attention_decode:
-            groups[(p.q_heads, p.kv_heads, p.head_dim)].append((p.batch, p.context, p.time_us * 1e-6))
-        self._decode = {key: _grid2(pts) for key, pts in groups.items()}
+            groups[(p.q_heads, p.kv_heads, p.head_dim)][p.queries].append(
+                (p.batch, p.context, p.time_us * 1e-6))
+        for key, by_q in groups.items():
+            qs = tuple(sorted(by_q))
+            self._decode[key] = (qs, tuple(_grid2(by_q[q]) for q in qs))
         pre: dict[tuple[int, int, int], list[tuple[float, float, float]]] = defaultdict(list)
         for p in profile.attention_prefill:
             # rows by cached context (+1: log axis), curve over chunk tokens
@@ -259,29 +264,47 @@ class ProfiledKernels:
         return best
 
     def attn_decode_s(self, batch: int, context: float, q_heads: int, kv_heads: int,
-                      head_dim: int) -> float:
-        return self.attn_decode_fn(batch, q_heads, kv_heads, head_dim)(context)
+                      head_dim: int, queries: float = 1.0) -> float:
+        return self.attn_decode_fn(batch, q_heads, kv_heads, head_dim, queries)(context)
 
     def attn_decode_fn(self, batch: int, q_heads: int, kv_heads: int,
-                       head_dim: int) -> Callable[[float], float]:
-        """Decode attention seconds over the context per sequence at this batch and head
-        layout (made once per batch and layout, kept: a model asks with one layout)."""
-        key4 = (batch, q_heads, kv_heads, head_dim)
-        got = self._decode_fns.get(key4)
+                       head_dim: int, queries: float = 1.0) -> Callable[[float], float]:
+        """Decode attention seconds over the context per sequence at this batch, head
+        layout and query tokens per sequence (made once per batch, layout and queries,
+        kept: a model asks with one layout).
+
+        Between profiled query counts, linear in (log queries, log time); beyond the last,
+        that row's time (a verification's KV bytes are the decode's; its extra score rows
+        stay hidden under them at the K a drafter proposes). A profile without verification
+        rows prices every query count as the decode (profiles before 2026-12-06)."""
+        key5 = (batch, q_heads, kv_heads, head_dim, queries)
+        got = self._decode_fns.get(key5)
         if got is not None:
             return got
         if not self._decode or batch <= 0:
             fallback = self.fallback
-            got = lambda context: fallback.attn_decode_s(batch, context, q_heads, kv_heads, head_dim)  # noqa: E731
+            got = lambda context: fallback.attn_decode_s(  # noqa: E731
+                batch, context, q_heads, kv_heads, head_dim, queries)
         else:
             key = self._nearest(self._decode, q_heads, kv_heads, head_dim)
-            grid = self._decode[key].at(batch)
+            qs, grids = self._decode[key]
             num, den = kv_heads * head_dim, key[1] * key[2]
+            i = bisect_right(qs, queries) - 1
             # same KV bytes per sequence: the kernel streams blocks, its time follows the bytes
+            if i < 0 or i == len(qs) - 1 or qs[i] == queries:
+                grid = grids[max(i, 0)].at(batch)
 
-            def got(context: float) -> float:
-                return grid(max(context, 1.0) * num / den)
-        self._decode_fns[key4] = got
+                def got(context: float) -> float:
+                    return grid(max(context, 1.0) * num / den)
+            else:
+                lo, hi = grids[i].at(batch), grids[i + 1].at(batch)
+                f = math.log(queries / qs[i]) / math.log(qs[i + 1] / qs[i])
+
+                def got(context: float) -> float:
+                    c = max(context, 1.0) * num / den
+                    a = math.log(lo(c))
+                    return math.exp(a + f * (math.log(hi(c)) - a))
+        self._decode_fns[key5] = got
         return got
 
     def attn_prefill_s(self, tokens: int, cached: float, q_heads: int, kv_heads: int,
@@ -381,14 +404,19 @@ class DatasheetKernels:
         return KERNEL_FLOOR_S + nbytes / (self.gpu.memory_bandwidth_gbs * 1e9 * 0.85)
 
     def attn_decode_s(self, batch: int, context: float, q_heads: int, kv_heads: int,
-                      head_dim: int) -> float:
+                      head_dim: int, queries: float = 1.0) -> float:
+        """The KV read at the attention bandwidth, or the score and value FLOPs of
+        `queries` tokens per sequence at the prefill's compute share, whichever is longer."""
         kv = 2.0 * batch * context * kv_heads * head_dim * 2
-        return DECODE_ATTN_FLOOR_S + kv / (self.gpu.memory_bandwidth_gbs * 1e9 * ATTN_BANDWIDTH)
+        flops = 4.0 * batch * queries * context * q_heads * head_dim
+        return DECODE_ATTN_FLOOR_S + max(
+            kv / (self.gpu.memory_bandwidth_gbs * 1e9 * ATTN_BANDWIDTH),
+            flops / (self.gpu.dense_bf16_tflops * 1e12 * ATTN_COMPUTE))
 
     def attn_decode_fn(self, batch: int, q_heads: int, kv_heads: int,
-                       head_dim: int) -> Callable[[float], float]:
+                       head_dim: int, queries: float = 1.0) -> Callable[[float], float]:
         """`attn_decode_s` over the context per sequence at this batch."""
-        return lambda context: self.attn_decode_s(batch, context, q_heads, kv_heads, head_dim)
+        return lambda context: self.attn_decode_s(batch, context, q_heads, kv_heads, head_dim, queries)
 
     def attn_prefill_s(self, tokens: int, cached: float, q_heads: int, kv_heads: int,
                        head_dim: int) -> float:

@@ -97,7 +97,7 @@ class _Shape:
 # Shapes `OperatorModel.parts` keeps (a fleet's million requests make tens of thousands;
 # beyond this many the memo starts again rather than grow with every step).
 SHAPES_KEPT = 1 << 16
-# Decode attention prices `OperatorModel.decode_attention` keeps by (sequences, context
+# Decode attention prices `OperatorModel.decode_attention` keeps by (sequences, drafts, context
 # tokens); beyond this many it prices the rest each time.
 ATTENTION_KEPT = 1 << 18
 
@@ -155,8 +155,8 @@ class OperatorModel:
         self.moe_layers = model.moe_layers * self.stage_frac
         self._per_tokens: dict[int, float] = {}
         self._per_seqs: dict[int, float] = {}
-        self._decode_attn: dict[int, Callable[[int], float]] = {}
-        self._attn_at: dict[tuple[int, int], float] = {}
+        self._decode_attn: dict[tuple[int, int], Callable[[int], float]] = {}
+        self._attn_at: dict[tuple[int, int, int], float] = {}
         self._shapes: dict[tuple[int, int, int, int, int, bool | None], _Shape] = {}
         if model.is_mla:
             # MLA decode attends in the latent space: one "head" of the latent width per query
@@ -334,25 +334,27 @@ class OperatorModel:
             terms.append(self.sliding_layers * chunks * k.attn_prefill_s(q, win, qh, kvh, self.model.head_dim))
         return tuple(terms)
 
-    def decode_attention(self, seqs: int) -> Callable[[int], float]:
+    def decode_attention(self, seqs: int, draft_tokens: int = 0) -> Callable[[int], float]:
         """Attention seconds of `seqs` decoding sequences on one GPU of one stage over their
-        context tokens in all (made once per batch size and kept; a decode run keeps its
-        batch while its context grows)."""
-        got = self._decode_attn.get(seqs)
+        context tokens in all, with `draft_tokens` verified on top of one query each (the
+        verification's queries per sequence, on average; made once per batch and drafts and
+        kept: a decode run keeps its batch while its context grows)."""
+        got = self._decode_attn.get((seqs, draft_tokens))
         if got is not None:
             return got
         k = self.kernels
         qh, kvh, hd = self.q_heads, self.attn_kv_heads, self.attn_head_dim
         full, sliding, window = self.full_layers, self.sliding_layers, self.window
-        per_layer = k.attn_decode_fn(seqs, qh, kvh, hd)  # over the context per sequence
-        # Kept by (sequences, context tokens): a fleet's mixed steps (one or two a request)
+        queries = 1.0 + draft_tokens / seqs
+        per_layer = k.attn_decode_fn(seqs, qh, kvh, hd, queries)  # over the context per sequence
+        # Kept by (sequences, drafts, context tokens): a fleet's mixed steps (one or two a request)
         # price the running batch's attention at contexts that its decode steps, and other
         # replicas' steps, have mostly priced before (its interpolation is most of a mixed
         # step's price).
         kept = self._attn_at
 
         def seconds(decode_ctx: int) -> float:
-            key = (seqs, decode_ctx)
+            key = (seqs, draft_tokens, decode_ctx)
             got = kept.get(key)
             if got is not None:
                 return got
@@ -365,7 +367,7 @@ class OperatorModel:
             if len(kept) < ATTENTION_KEPT:
                 kept[key] = t
             return t
-        self._decode_attn[seqs] = seconds
+        self._decode_attn[(seqs, draft_tokens)] = seconds
         return seconds
 
     def ends_s(self, tokens: int, seqs: int) -> float:
@@ -402,8 +404,8 @@ class OperatorModel:
         """The step's kernel seconds and CPU launches on one stage (see `StepParts`).
 
         `draft_tokens` are speculative tokens verified on top of one per decode: they add
-        GEMM rows and logit rows; their attention is the decode's (a handful of queries per
-        sequence against its KV: the kernel reads the same KV bytes). `piecewise` says the
+        GEMM rows and logit rows, and queries per sequence to the decode attention (the
+        same KV bytes, more score rows: the profile's verification points). `piecewise` says the
         batch runs piecewise graphs (default: when it holds a prefill); vLLM replays a full
         graph only for uniform decode batches.
 
@@ -429,6 +431,6 @@ class OperatorModel:
         linear = self.tokens_s(self.padded(tokens, uniform_decode=not mixed))
         if self.pp == 1:  # with PP the first and last stages' own work is `ends_s`
             linear += self.seqs_s(decode_seqs + draft_tokens + prefill_seqs)
-        decode = self.decode_attention(decode_seqs) if decode_seqs else None
+        decode = self.decode_attention(decode_seqs, draft_tokens) if decode_seqs else None
         prefill = self._prefill_attention(prefill_tokens, prefill_ctx, prefill_seqs)
         return _Shape(linear, decode, prefill, *self.launches(tokens, mixed))

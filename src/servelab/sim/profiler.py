@@ -43,7 +43,14 @@ MOE_ROUTINGS = 8
 class ProfileGrid:
     """The shapes timed. `quick` is a smaller grid for a check run (a few seconds)."""
 
-    gemm_m: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
+    # Past M = 64 a GEMM's time is a staircase (tiles per wave of SMs, and cuBLAS's kernel
+    # choice per M), not a line: on the H200 Qwen3-14B's gate-up GEMM takes 1.47x at M = 320
+    # what the log-log line between 256 and 512 gives, 1.13x at 448
+    # (docs/validation/spec-verify-2026-12-06). Verification steps (K + 1 rows a sequence) and
+    # mixed steps (a prefill chunk plus the decodes) land anywhere in it, so M runs every 64
+    # up to 1,024, every 256 up to 2,048, then half octaves.
+    gemm_m: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 96, *range(128, 1025, 64), 1280, 1536, 1792,
+                               2048, 3072, 4096, 6144, 8192)
     # (N, K) per TP shard, spanning common projections: attention in/out, MLP in/out, LM head.
     gemm_nk: tuple[tuple[int, int], ...] = (
         (2048, 2048), (6144, 2048), (4096, 4096), (6144, 4096), (7168, 5120), (5120, 5120),
@@ -57,6 +64,10 @@ class ProfileGrid:
     attention_heads: tuple[tuple[int, int, int], ...] = ((32, 8, 128), (16, 16, 128), (16, 8, 256))
     decode_batch: tuple[int, ...] = (1, 4, 16, 64, 256)
     decode_context: tuple[int, ...] = (128, 512, 2048, 8192)
+    # Query tokens per sequence of a speculative verification (K + 1 for K = 2, 4, 7), timed
+    # over the decode's batches and contexts: the kernel reads the same KV but computes
+    # K + 1 rows of scores per head, and its work split differs from the one-query decode's.
+    verify_queries: tuple[int, ...] = (3, 5, 8)
     prefill_tokens: tuple[int, ...] = (64, 256, 1024, 4096, 8192)
     prefill_cached: tuple[int, ...] = (0, 4096)
     moe_tokens: tuple[int, ...] = (1, 4, 16, 64, 256, 1024, 4096, 8192)
@@ -72,6 +83,7 @@ class ProfileGrid:
         return cls(gemm_m=(1, 64, 1024), gemm_nk=((2048, 2048), (4096, 4096)),
                    quant_nk=((4096, 4096),), elementwise_tokens=(1, 256),
                    attention_heads=((32, 8, 128),), decode_batch=(1, 16), decode_context=(512,),
+                   verify_queries=(3,),
                    prefill_tokens=(256,), prefill_cached=(0,), moe_tokens=(1, 64),
                    moe_shapes=((64, 8, 2048, 1024),), allreduce_bytes=(2**16,), reps=4, replays=2)
 
@@ -457,15 +469,18 @@ def measure(grid: ProfileGrid, log: Callable[[str], None]) -> KernelProfile:
     decode: list[AttentionDecodePoint] = []
     prefill: list[AttentionPrefillPoint] = []
     for qh, kvh, d in grid.attention_heads:
-        for b in grid.decode_batch:
-            for c in grid.decode_context:
-                kv_bytes = 2 * b * c * kvh * d * 2
-                calls = _try(skipped, f"decode_{backend.name}", lambda: backend.call(
-                    [1] * b, [c] * b, qh, kvh, d, timer.copies_for(kv_bytes)))
-                us = _try(skipped, f"decode_{backend.name}", lambda: timer.per_call_us(calls)) if calls else None
-                if us is not None:
-                    decode.append(AttentionDecodePoint(backend=backend.name, batch=b, context=c,
-                                                       q_heads=qh, kv_heads=kvh, head_dim=d, time_us=us))
+        for ql in (1, *grid.verify_queries):
+            for b in grid.decode_batch:
+                for c in grid.decode_context:
+                    kv_bytes = 2 * b * c * kvh * d * 2
+                    calls = _try(skipped, f"decode_{backend.name}", lambda: backend.call(
+                        [ql] * b, [c] * b, qh, kvh, d, timer.copies_for(kv_bytes)))
+                    us = (_try(skipped, f"decode_{backend.name}", lambda: timer.per_call_us(calls))
+                          if calls else None)
+                    if us is not None:
+                        decode.append(AttentionDecodePoint(
+                            backend=backend.name, batch=b, context=c, queries=ql, q_heads=qh,
+                            kv_heads=kvh, head_dim=d, time_us=us))
         for t in grid.prefill_tokens:
             for cached in grid.prefill_cached:
                 if not isinstance(backend, _FlashAttention) and cached:
