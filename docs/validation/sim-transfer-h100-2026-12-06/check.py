@@ -48,11 +48,12 @@ _SPEC.loader.exec_module(simcheck)
 METRICS = simcheck.METRICS
 
 
-def targets(results: Path) -> list[MeasuredCell]:
-    """Every measured cell under `results` (each draw its own), on its own served model."""
+def targets(results: Path, gpu: str = GPU) -> list[MeasuredCell]:
+    """Every measured cell under `results` (each draw its own), on its own served model,
+    simulated on `gpu`."""
     out = []
     for mdir in sorted(p for p in results.iterdir() if (p / "config.json").exists()):
-        opts = SimOptions(str(mdir / "config.json"), GPU, None, EngineArgs())
+        opts = SimOptions(str(mdir / "config.json"), gpu, None, EngineArgs())
         for f in sorted(mdir.glob("*.json")):
             if f.name == "config.json":
                 continue

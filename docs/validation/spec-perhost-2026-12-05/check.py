@@ -1,7 +1,7 @@
 """Measured vs simulated, per cell, for one machine's speculative run (issue 17).
 
     .venv/bin/python docs/validation/spec-onehost-2026-12-05/check.py EXPERIMENT_DIR \
-        [--calibration HOST.json] [--fit CELL ...] [--out DIR]
+        [--calibration HOST.json] [--fit CELL ...] [--profile PROFILE.json] [--out DIR]
 
 Every cell of the experiment is re-simulated with its own prompts, seed, load and warm-ups
 on its arm's deployment, a speculative cell with the acceptance that cell measured
@@ -30,6 +30,7 @@ from pathlib import Path
 from servelab.experiment.simulation import measured_cells
 from servelab.sim.calibrate import evaluate
 from servelab.sim.cost import Calibration, default_calibration
+from servelab.sim.kernel_profile import KernelProfile
 from servelab.storage import write_atomic
 
 HERE = Path(__file__).resolve().parent
@@ -58,11 +59,16 @@ def main() -> None:
     ap.add_argument("--repeats", action="append", default=[], help=(
         "W1,W2,W3: workloads that draw from one distribution; adds each held-out cell's error "
         "on the mean of their draws (the run-to-run spread averaged out)"))
+    ap.add_argument("--profile", type=Path, default=None,
+                    help="a kernel profile to price every cell with (default: the GPU's shipped one)")
     ap.add_argument("--out", type=Path, default=HERE)
     a = ap.parse_args()
     targets = measured_cells(a.experiment)
+    profile = KernelProfile.load(a.profile) if a.profile else None
     for t in targets:
         t.measured = {k: v for k, v in t.measured.items() if k in METRICS}
+        if profile is not None and t.options is not None:
+            t.options = dataclasses.replace(t.options, profile=profile)
     opts = targets[0].options
     assert opts is not None
     cal = Calibration.load(a.calibration) if a.calibration else default_calibration(opts.gpu)
