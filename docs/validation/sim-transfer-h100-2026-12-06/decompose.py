@@ -1,9 +1,10 @@
 """Where the measured TTFT goes, per cell, from vLLM's own histograms (issue 14).
 
-    .venv/bin/python docs/validation/sim-transfer-h100-2026-12-06/decompose.py
+    .venv/bin/python docs/validation/sim-transfer-h100-2026-12-06/decompose.py [--results DIR]
 
 The second H100 run (device.sh, MODE=protocol) saved /metrics after every cell
-(results/<model>/<cell>.metrics.txt.gz); a cell's figures are the histograms' sum and count
+(results/<model>/<cell>.metrics.txt.gz; `--results` another run's, dumps gzipped or not,
+run in the order its device.log names them); a cell's figures are the histograms' sum and count
 deltas against the dump before it (each holds the bench's one test request too, and the
 first cell its 8 warm-ups). `request_queue_time` runs from the engine core taking the
 request in to its scheduling, `request_prefill_time` from scheduling to the first token
@@ -16,8 +17,10 @@ SSE path on top.
 
 from __future__ import annotations
 
+import argparse
 import gzip
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -33,7 +36,9 @@ def totals(path: Path) -> dict[str, tuple[float, float]]:
     """(sum s, count) of each histogram in HISTOGRAMS, over every label set."""
     out = {k: (0.0, 0.0) for k in HISTOGRAMS}
     names = {v: k for k, v in HISTOGRAMS.items()}
-    for fam in text_string_to_metric_families(gzip.decompress(path.read_bytes()).decode()):
+    raw = path.read_bytes()
+    text = (gzip.decompress(raw) if path.suffix == ".gz" else raw).decode()
+    for fam in text_string_to_metric_families(text):
         for s in fam.samples:
             for suffix, i in (("_sum", 0), ("_count", 1)):
                 key = names.get(s.name.removesuffix(suffix)) if s.name.endswith(suffix) else None
@@ -44,13 +49,39 @@ def totals(path: Path) -> dict[str, tuple[float, float]]:
     return out
 
 
+def _cell(path: Path) -> str:
+    return path.name.removesuffix(".gz").removesuffix(".metrics.txt")
+
+
+def logged_order(mdir: Path) -> list[str]:
+    """The cells of `mdir`'s model in the order the run's device.log (beside the model
+    directories) records them, [] without a log."""
+    log = mdir.parent / "device.log"
+    if not log.exists():
+        return []
+    order, model = [], None
+    for line in log.read_text().splitlines():
+        served = re.search(r"\] serve (\S+)$", line)
+        if served:
+            model = served.group(1)
+        ran = re.search(r"\]\s+(\S+) rc=", line)
+        if ran and model == mdir.name:
+            order.append(ran.group(1))
+    return order
+
+
 def cells(mdir: Path) -> list[Path]:
-    """The cells of `mdir` with a /metrics dump, in the order they ran (a cell is named
-    by its ORDER entry, with `_N` for a further draw)."""
+    """The cells of `mdir` with a /metrics dump, in the order they ran: as the run's
+    device.log records them, else by ORDER (a cell named by its ORDER entry, with `_N` for
+    a further draw, the draws of one cell in a row)."""
+    logged = logged_order(mdir)
+
     def rank(p: Path) -> int:
-        name = p.name.removesuffix(".metrics.txt.gz")
+        name = _cell(p)
+        if logged:
+            return logged.index(name)
         return ORDER.index(name if name in ORDER else name.rsplit("_", 1)[0])
-    return sorted(mdir.glob("*.metrics.txt.gz"), key=rank)
+    return sorted([*mdir.glob("*.metrics.txt.gz"), *mdir.glob("*.metrics.txt")], key=rank)
 
 
 def phases(mdir: Path) -> Iterator[tuple[str, float, dict[str, float]]]:
@@ -64,15 +95,18 @@ def phases(mdir: Path) -> Iterator[tuple[str, float, dict[str, float]]]:
             raise SystemExit(f"{path}: the histograms counted {sorted(counts)} requests; "
                              "expected one count, above 0")
         ms = {k: 1000 * (now[k][0] - before[k][0]) / (now[k][1] - before[k][1]) for k in HISTOGRAMS}
-        cell = path.name.removesuffix(".metrics.txt.gz")
+        cell = _cell(path)
         yield cell, json.loads((mdir / f"{cell}.json").read_text())["mean_ttft_ms"], ms
         before = now
 
 
 def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--results", type=Path, default=HERE / "results")
+    results = ap.parse_args().results
     print("| cell | client TTFT ms | server TTFT | queue | prefill (to first token out) | intake (server - queue - prefill) |")
     print("|---|---:|---:|---:|---:|---:|")
-    for mdir in sorted(p for p in (HERE / "results").iterdir() if p.is_dir()):
+    for mdir in sorted(p for p in results.iterdir() if p.is_dir()):
         for cell, client, ms in phases(mdir):
             print(f"| {mdir.name}/{cell} | {client:.1f} | {ms['server']:.1f} | {ms['queue']:.1f} | "
                   f"{ms['prefill']:.1f} | {ms['server'] - ms['queue'] - ms['prefill']:.1f} |")

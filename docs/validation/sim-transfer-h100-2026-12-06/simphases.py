@@ -1,6 +1,7 @@
 """The simulator's TTFT split the way decompose.py splits the measured one (issue 14).
 
-    SERVELAB_PURE_PYTHON=1 .venv/bin/python docs/validation/sim-transfer-h100-2026-12-06/simphases.py
+    SERVELAB_PURE_PYTHON=1 .venv/bin/python docs/validation/sim-transfer-h100-2026-12-06/simphases.py \
+        [--results DIR --gpu GPU]
 
 For every cell with a /metrics dump (the second H100 run; not the c1 cells, whose dumps
 hold their warm-ups), re-simulates it as check.py does (its own seed, prompts, load; the
@@ -19,6 +20,7 @@ plain function, which the compiled driver's type checks refuse.
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import random
 from bisect import bisect_left
@@ -47,10 +49,14 @@ decompose = _load("decompose", HERE / "decompose.py")
 
 
 def main() -> None:
-    cells = {t.name: t for t in check.targets(HERE / "results")}
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--results", type=Path, default=HERE / "results", help="another run's cells")
+    ap.add_argument("--gpu", default=check.GPU, help="the GPU they ran on (default H100-SXM)")
+    a = ap.parse_args()
+    cells = {t.name: t for t in check.targets(a.results, a.gpu)}
     print("| cell | client TTFT ms meas / sim | engine (queue + prefill) meas / sim | rest meas / sim |")
     print("|---|---:|---:|---:|")
-    for mdir in sorted(p for p in (HERE / "results").iterdir() if p.is_dir()):
+    for mdir in sorted(p for p in a.results.iterdir() if p.is_dir()):
         for cell, client, ms in decompose.phases(mdir):
             t = cells[f"{mdir.name}/{cell}"]
             if t.num_warmups:  # c1 with warm-ups: its dump holds them
