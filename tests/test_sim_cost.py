@@ -81,20 +81,25 @@ def test_decode_attention_follows_kv_bytes_per_sequence() -> None:
     prof = _profile()
     kt = ProfiledKernels(prof, H200, DatasheetKernels(H200))
     p = next(x for x in prof.attention_decode if (x.q_heads, x.kv_heads, x.head_dim) == (32, 8, 128)
-             and x.batch == 16 and x.context == 512)
+             and x.batch == 16 and x.context == 512 and x.queries == 1)
     assert kt.attn_decode_s(16, 512, 32, 8, 128) == pytest.approx(p.time_us * 1e-6, rel=1e-6)
     # Twice the KV heads at the same head_dim and GQA ratio: the bytes of twice the context.
     at_2x = next(x for x in prof.attention_decode if (x.q_heads, x.kv_heads, x.head_dim) == (32, 8, 128)
-                 and x.batch == 16 and x.context == 2048)
+                 and x.batch == 16 and x.context == 2048 and x.queries == 1)
     assert kt.attn_decode_s(16, 1024, 64, 16, 128) == pytest.approx(at_2x.time_us * 1e-6, rel=1e-6)
 
 
+def _decode_rows_only(prof: KernelProfile) -> KernelProfile:
+    return prof.model_copy(update={"attention_decode": [p for p in prof.attention_decode if p.queries == 1]})
+
+
 def _with_verification_rows(prof: KernelProfile, factor: dict[int, float]) -> KernelProfile:
-    """`prof` plus verification rows: each decode point again at `queries` q, `factor[q]` x
-    its time (a known answer for the interpolation)."""
+    """`prof`'s decode rows plus verification rows: each decode point again at `queries` q,
+    `factor[q]` x its time (a known answer for the interpolation)."""
+    decode = _decode_rows_only(prof).attention_decode
     extra = [p.model_copy(update={"queries": q, "time_us": p.time_us * f})
-             for q, f in factor.items() for p in prof.attention_decode if p.queries == 1]
-    return prof.model_copy(update={"attention_decode": [*prof.attention_decode, *extra]})
+             for q, f in factor.items() for p in decode]
+    return prof.model_copy(update={"attention_decode": [*decode, *extra]})
 
 
 def test_verification_attention_reads_the_rows_of_its_queries_per_sequence() -> None:
@@ -114,8 +119,22 @@ def test_verification_attention_reads_the_rows_of_its_queries_per_sequence() -> 
 
 
 def test_a_profile_without_verification_rows_prices_a_verification_as_the_decode() -> None:
-    kt = ProfiledKernels(_profile(), H200, DatasheetKernels(H200))
+    kt = ProfiledKernels(_decode_rows_only(_profile()), H200, DatasheetKernels(H200))
     assert kt.attn_decode_s(64, 700, 40, 8, 128, queries=7) == kt.attn_decode_s(64, 700, 40, 8, 128)
+
+
+def test_verification_rows_alone_price_a_decode_from_their_first_row() -> None:
+    # a layout whose decode rows are missing (skipped on the device): its first row stands in
+    full = _with_verification_rows(_profile(), {3: 1.1})
+    only = full.model_copy(update={"attention_decode": [p for p in full.attention_decode if p.queries == 3]})
+    kt = ProfiledKernels(only, H200, DatasheetKernels(H200))
+    ref = ProfiledKernels(_profile(), H200, DatasheetKernels(H200))
+    assert kt.attn_decode_s(16, 512, 32, 8, 128) == pytest.approx(1.1 * ref.attn_decode_s(16, 512, 32, 8, 128))
+    # between the profile's batches and contexts, a verification row interpolates like the decode's
+    prof = _with_verification_rows(_profile(), {3: 1.1})
+    kt = ProfiledKernels(prof, H200, DatasheetKernels(H200))
+    assert kt.attn_decode_s(24, 700, 32, 8, 128, queries=3) == pytest.approx(
+        1.1 * kt.attn_decode_s(24, 700, 32, 8, 128), rel=1e-9)
 
 
 def test_a_verification_steps_attention_has_its_drafts_as_queries_per_sequence() -> None:
@@ -460,6 +479,20 @@ def test_profile_files_are_checked(tmp_path: Path) -> None:
     path.write_text(json.dumps(data))
     with pytest.raises(ServelabError, match="gemm.0.time_us"):
         KernelProfile.load(path)
+
+
+def test_a_new_profile_is_written_as_version_2_and_version_1_files_still_read(tmp_path: Path) -> None:
+    # version 2 added the query tokens per sequence of a decode attention point
+    old = _profile()
+    assert old.schema_ == "servelab.kernel-profile/1"
+    assert all(p.queries == 1 for p in old.attention_decode)
+    new = KernelProfile(device=old.device, measured_at="2026-12-06T00:00:00+00:00", took_s=1.0,
+                        copy_bandwidth_gbs=1000.0, kernel_floor_us=1.5,
+                        attention_decode=[old.attention_decode[0].model_copy(update={"queries": 5})])
+    path = tmp_path / "v2.json"
+    path.write_text(new.to_json())
+    assert json.loads(path.read_text())["schema"] == "servelab.kernel-profile/2"
+    assert KernelProfile.load(path).attention_decode[0].queries == 5
 
 
 def _validation_module(rel: str, name: str):

@@ -3,7 +3,7 @@ OLMoE-1B-7B and gemma-3-12b, the two held-out models whose single 12-01 draws mi
 issue's 25 % bound on TTFT (OLMoE rnd_c32 -29.9 %, rnd_c64 -42.0 %, gemma rnd_c64 -25.6 %),
 re-simulated with the shipped H200 profile and residual (nothing fitted on these cells).
 
-    .venv/bin/python docs/validation/sim-repeats-h200-2026-12-06/check.py [--profile FILE] [--out NAME]
+    .venv/bin/python docs/validation/sim-repeats-h200-2026-12-06/check.py [--out NAME]
 
 Reads results/<model>/ (../sim-transfer-h100-2026-12-06/device.sh, MODE=repeats: rnd_c1 with
 8 warm-ups, then rnd_c32 and rnd_c64 three times each, interleaved, seeds 102/103, 112/113,

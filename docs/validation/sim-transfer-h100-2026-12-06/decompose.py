@@ -72,16 +72,19 @@ def logged_order(mdir: Path) -> list[str]:
 
 def cells(mdir: Path) -> list[Path]:
     """The cells of `mdir` with a /metrics dump, in the order they ran: as the run's
-    device.log records them, else by ORDER (a cell named by its ORDER entry, with `_N` for
-    a further draw, the draws of one cell in a row)."""
+    device.log records them, then any it does not name by ORDER (a cell named by its ORDER
+    entry, with `_N` for a further draw, the draws of one cell in a row)."""
     logged = logged_order(mdir)
+    dumps: dict[str, Path] = {}
+    for p in [*mdir.glob("*.metrics.txt"), *mdir.glob("*.metrics.txt.gz")]:
+        if dumps.setdefault(_cell(p), p) != p:
+            raise SystemExit(f"{mdir}: two /metrics dumps of {_cell(p)} (gzipped and not)")
 
-    def rank(p: Path) -> int:
-        name = _cell(p)
-        if logged:
-            return logged.index(name)
-        return ORDER.index(name if name in ORDER else name.rsplit("_", 1)[0])
-    return sorted([*mdir.glob("*.metrics.txt.gz"), *mdir.glob("*.metrics.txt")], key=rank)
+    def rank(name: str) -> tuple[int, int]:
+        if name in logged:
+            return 0, logged.index(name)
+        return 1, ORDER.index(name if name in ORDER else name.rsplit("_", 1)[0])
+    return [dumps[name] for name in sorted(dumps, key=rank)]
 
 
 def phases(mdir: Path) -> Iterator[tuple[str, float, dict[str, float]]]:

@@ -28,7 +28,7 @@ import json
 from pathlib import Path
 
 from servelab.experiment.simulation import measured_cells
-from servelab.sim.calibrate import evaluate
+from servelab.sim.calibrate import evaluate, priced_with
 from servelab.sim.cost import Calibration, default_calibration
 from servelab.sim.kernel_profile import KernelProfile
 from servelab.storage import write_atomic
@@ -64,11 +64,10 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=HERE)
     a = ap.parse_args()
     targets = measured_cells(a.experiment)
-    profile = KernelProfile.load(a.profile) if a.profile else None
+    if a.profile:
+        targets = priced_with(targets, KernelProfile.load(a.profile))
     for t in targets:
         t.measured = {k: v for k, v in t.measured.items() if k in METRICS}
-        if profile is not None and t.options is not None:
-            t.options = dataclasses.replace(t.options, profile=profile)
     opts = targets[0].options
     assert opts is not None
     cal = Calibration.load(a.calibration) if a.calibration else default_calibration(opts.gpu)

@@ -3,7 +3,7 @@
 # (issue 17, 2026-12-06): per run, the host's figures fitted again on the same cells as the
 # committed fit (the residual absorbs whatever the profile prices differently), then every
 # cell re-simulated with the acceptance it measured. Results under staircase/<run>/.
-#   bash docs/validation/spec-verify-2026-12-06/staircase.sh        # ~6 min
+#   bash docs/validation/spec-verify-2026-12-06/staircase.sh        # ~2 min
 # Needs the kit's payload at /tmp/gpu-x/payload and the draft's config (../spec-perhost-2026-12-05).
 set -eu
 V=docs/validation

@@ -161,7 +161,7 @@ def calibrate_cmd(
     (model, weight format, engine args); GPU from the spec, kernels from `--profile` when
     given. Prints the error per cell.
     """
-    from servelab.sim.calibrate import FIT_SETS, calibrate, continued, for_fit, load_targets, parse_model_for, with_models
+    from servelab.sim.calibrate import FIT_SETS, calibrate, continued, for_fit, load_targets, parse_model_for, priced_with, with_models
     from servelab.sim.calibrate import leave_one_model_out as loo
     from servelab.sim.cost import Calibration
 
@@ -185,11 +185,8 @@ def calibrate_cmd(
                                  notes, list(workload or []))
         for note in notes:
             console.print(f"note: {note}", highlight=False)
-        if engine.profile is not None:  # the experiment's arms, priced from this profile
-            prof = KernelProfile.load(engine.profile)
-            for t in targets:
-                assert t.options is not None
-                t.options = dataclasses.replace(t.options, profile=prof)
+        if engine.profile is not None:  # overrides every arm's own (its spec's `sim.profile`)
+            targets = priced_with(targets, KernelProfile.load(engine.profile))
         assert targets[0].options is not None
         opts = targets[0].options
     else:

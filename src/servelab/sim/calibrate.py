@@ -44,6 +44,7 @@ from servelab.metrics.records import RequestRecord
 from servelab.metrics.result_file import StoredResult, read_results
 from servelab.metrics.summary import SummaryOptions, summarize
 from servelab.sim.cost import Calibration
+from servelab.sim.kernel_profile import KernelProfile
 from servelab.sim.offline import PreparedWorkload, prepare_workload, simulate_prepared
 from servelab.sim.setup import SimOptions
 from servelab.speculation import SpecMethod
@@ -129,6 +130,18 @@ class MeasuredCell:
     # The client split the requests over the replicas itself (``routing: direct``): each
     # replica is simulated alone on its share, as `servelab run` simulates such an arm.
     direct: bool = False
+
+
+def priced_with(targets: Sequence[MeasuredCell], profile: KernelProfile) -> list[MeasuredCell]:
+    """`targets` on their own deployments, their kernels priced from `profile` instead of the
+    one each deployment names (or the GPU's shipped one): to see what a re-measured or
+    hypothetical profile does to a run's cells."""
+    out = []
+    for t in targets:
+        if t.options is None:
+            raise ServelabError(f"{t.name}: no deployment of its own to price with a profile")
+        out.append(replace(t, options=replace(t.options, profile=profile)))
+    return out
 
 
 def _trial(opts: SimOptions, target: MeasuredCell, cal: Calibration) -> SimOptions:

@@ -24,7 +24,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from servelab.errors import ServelabError, first_problem
 from servelab.storage import read_json
 
-SCHEMA = "servelab.kernel-profile/1"
+SCHEMA = "servelab.kernel-profile/2"
+# /1 (before 2026-12-06) has no `queries` on decode attention points: every point is a decode.
+READABLE = (SCHEMA, "servelab.kernel-profile/1")
 
 GemmFamily = Literal["bf16", "fp8", "awq_marlin", "awq_machete"]
 
@@ -137,9 +139,9 @@ class KernelProfile(_Record):
     def load(cls, path: Path, flag: str = "--profile") -> KernelProfile:
         """Read and check a profile file; errors name the flag and the file."""
         data = read_json(path, flag)
-        if isinstance(data, dict) and data.get("schema") != SCHEMA:
+        if isinstance(data, dict) and data.get("schema") not in READABLE:
             raise ServelabError(f"{flag}: {path} is not a servelab kernel profile "
-                                f"(schema {data.get('schema')!r}, expected {SCHEMA!r})")
+                                f"(schema {data.get('schema')!r}, expected one of {', '.join(READABLE)})")
         try:
             return cls.model_validate(data)
         except ValidationError as exc:

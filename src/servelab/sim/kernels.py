@@ -5,7 +5,8 @@ Two providers of the same `KernelTimes` interface (seconds per call):
   GEMMs by efficiency against the datasheet roofline, interpolated in (log M, log N*K), so a
   shape that was not timed borrows the efficiency of its neighbours; elementwise kernels in
   log time over log bytes; decode attention over (batch, context) at equal KV bytes per
-  sequence; prefill attention over (chunk, cached context) scaled by FLOPs; MoE over tokens
+  sequence, and over the query tokens per sequence (a verification's K + 1) between the
+  profile's query rows; prefill attention over (chunk, cached context) scaled by FLOPs; MoE over tokens
   at equal tokens per expert. Beyond the grid, time grows in proportion to the work; below
   it, it stays at the smallest point (a kernel's floor).
 - `DatasheetKernels`: the roofline from the catalog's figures with kernel-family
@@ -177,6 +178,12 @@ def _grid2(points: list[tuple[float, float, float]]) -> _Grid2:
                                      for a in keys))
 
 
+# Decode attention curves `ProfiledKernels` keeps by (batch, layout, queries): a step's
+# queries per sequence follow its drafts, so the key space is batch x drafts; past this many
+# the memo starts again rather than grow with every new pair.
+DECODE_FNS_KEPT = 1 << 16
+
+
 class ProfiledKernels:
     """`KernelTimes` from a measured profile (see the module doc); families the profile
     lacks fall back to `fallback` (the datasheet provider of the same GPU)."""
@@ -276,7 +283,8 @@ class ProfiledKernels:
         Between profiled query counts, linear in (log queries, log time); beyond the last,
         that row's time (a verification's KV bytes are the decode's; its extra score rows
         stay hidden under them at the K a drafter proposes). A profile without verification
-        rows prices every query count as the decode (profiles before 2026-12-06)."""
+        rows prices every query count as the decode (profiles before 2026-12-06); a layout
+        profiled at verification rows alone prices a decode from its first row."""
         key5 = (batch, q_heads, kv_heads, head_dim, queries)
         got = self._decode_fns.get(key5)
         if got is not None:
@@ -304,6 +312,8 @@ class ProfiledKernels:
                     c = max(context, 1.0) * num / den
                     a = math.log(lo(c))
                     return math.exp(a + f * (math.log(hi(c)) - a))
+        if len(self._decode_fns) >= DECODE_FNS_KEPT:
+            self._decode_fns.clear()
         self._decode_fns[key5] = got
         return got
 
@@ -406,7 +416,9 @@ class DatasheetKernels:
     def attn_decode_s(self, batch: int, context: float, q_heads: int, kv_heads: int,
                       head_dim: int, queries: float = 1.0) -> float:
         """The KV read at the attention bandwidth, or the score and value FLOPs of
-        `queries` tokens per sequence at the prefill's compute share, whichever is longer."""
+        `queries` tokens per sequence at the prefill's compute share, whichever is longer.
+        A decode is compute-bound this way too where many query heads share few KV heads:
+        an MLA model's 128 heads over one latent head at TP 1 on an A100."""
         kv = 2.0 * batch * context * kv_heads * head_dim * 2
         flops = 4.0 * batch * queries * context * q_heads * head_dim
         return DECODE_ATTN_FLOOR_S + max(

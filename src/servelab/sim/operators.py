@@ -338,10 +338,12 @@ class OperatorModel:
         """Attention seconds of `seqs` decoding sequences on one GPU of one stage over their
         context tokens in all, with `draft_tokens` verified on top of one query each (the
         verification's queries per sequence, on average; made once per batch and drafts and
-        kept: a decode run keeps its batch while its context grows)."""
+        kept, up to SHAPES_KEPT pairs: a decode run keeps its batch while its context grows)."""
         got = self._decode_attn.get((seqs, draft_tokens))
         if got is not None:
             return got
+        if len(self._decode_attn) >= SHAPES_KEPT:  # batch x drafts pairs: bounded, not kept forever
+            self._decode_attn.clear()
         k = self.kernels
         qh, kvh, hd = self.q_heads, self.attn_kv_heads, self.attn_head_dim
         full, sliding, window = self.full_layers, self.sliding_layers, self.window
