@@ -17,6 +17,10 @@
    the GPU kit's payload at /tmp/gpu-x/payload (its README); skipped with a note without.
 
     .venv/bin/python bench/sim_validate.py [--fit] [--tokenizer PATH] [--max-evals N] [--no-transfer]
+        [--profile H200-PROFILE.json]
+
+`--profile` prices the H200 rows (3 and 4) with another H200 kernel profile than the shipped
+one: what a re-measured profile would do to them before it is shipped.
 
 The seeds' ranges are reduced to their midpoints for the error.
 """
@@ -28,8 +32,9 @@ import importlib.util
 from pathlib import Path
 
 from servelab.plan import EngineArgs
-from servelab.sim.calibrate import MeasuredCell, calibrate, simulated_metrics
+from servelab.sim.calibrate import MeasuredCell, calibrate, priced_with, simulated_metrics
 from servelab.sim.cost import default_calibration
+from servelab.sim.kernel_profile import KernelProfile
 from servelab.sim.offline import OfflineRequest
 from servelab.sim.offline import PreparedWorkload, prepare_workload
 from servelab.sim.setup import SimOptions, fit_token_ids
@@ -86,6 +91,8 @@ def main() -> None:
     ap.add_argument("--tokenizer", default=None, help="tokenizer for the workloads (Qwen's)")
     ap.add_argument("--max-evals", type=int, default=60)
     ap.add_argument("--no-transfer", action="store_true", help="skip the H200 transfer table")
+    ap.add_argument("--profile", type=Path, default=None,
+                    help="an H200 kernel profile for rows 3 and 4 (default: the shipped one)")
     ap.add_argument("--async-scheduling", action="store_true", help=(
         "simulate the seeds with vLLM's async scheduling (their TTFT fits only without it)"))
     a = ap.parse_args()
@@ -118,21 +125,23 @@ def main() -> None:
     _line("row 1 ShareGPT (calibration set)", ROW1, ROW1_RANGE, simulated_metrics(l40s, row1))
     _line("row 2 prefix repetition (held out)", ROW2, ROW2_RANGE, simulated_metrics(l40s, row2))
 
-    h200 = SimOptions("Qwen/Qwen3-14B", "H200", None, EngineArgs())
+    profile = KernelProfile.load(a.profile) if a.profile else None
+    h200 = SimOptions("Qwen/Qwen3-14B", "H200", None, EngineArgs(), profile=profile)
     rnd = prepare_workload(DatasetOptions(dataset_name="random", num_prompts=24,
                                           random_input_len=1024, random_output_len=128,
                                           tokenizer=a.tokenizer), 0, ArrivalOptions())
     _line("H200 random 1024/128, c1 (reference)", H200_REF, None,
           simulated_metrics(h200, MeasuredCell("h200-c1", H200_REF, rnd, 0, 1, 0)))
     if not a.no_transfer:
-        transfer()
+        transfer(profile)
 
 
 TRANSFER = Path(__file__).resolve().parent.parent / "docs" / "validation" / "sim-transfer-2026-12-01"
 
 
-def transfer() -> None:
-    """Row 4: the transfer table from the committed cells (see the module doc)."""
+def transfer(profile: KernelProfile | None) -> None:
+    """Row 4: the transfer table from the committed cells (see the module doc), priced with
+    `profile` when given."""
     spec = importlib.util.spec_from_file_location("simcheck", TRANSFER / "simcheck.py")
     assert spec is not None and spec.loader is not None
     sc = importlib.util.module_from_spec(spec)
@@ -142,8 +151,12 @@ def transfer() -> None:
         return
     results = TRANSFER / "results"
     all_t = sc.targets(results)
+    if profile is not None:
+        all_t = list(zip([m for m, _ in all_t], priced_with([t for _, t in all_t], profile)))
     rows = sc.table_rows(results, all_t, all_t[0][1].options, default_calibration("H200"), "default")
-    print("H200 transfer, shipped residual (fitted on " + ", ".join(sc.FIT_MODELS) + "):")
+    kernels = (f"; kernels from the profile measured {profile.measured_at}" if profile is not None
+               else "")
+    print("H200 transfer, shipped residual (fitted on " + ", ".join(sc.FIT_MODELS) + f"){kernels}:")
     print(sc.render(rows).replace("| default |", "| shipped |"))
 
 
