@@ -84,19 +84,26 @@ def main() -> None:
                         max_evals=a.max_evals, progress=print)
         print("\n".join(fit.report_lines()))
         fit.calibration.save(cal_path)
-    rows = []
-    for label, cal in ((SHIPPED, default_calibration(GPU)), (FITTED, Calibration.load(cal_path))):
-        for t in cells:
-            for _, metric, meas, sim in evaluate(t.options, [t], cal):
-                if metric in METRICS:
-                    rows.append({"cell": t.name, "metric": metric, "residual": label,
-                                 "role": "fit" if _model(t.name) in FIT_MODELS else "held out",
-                                 "measured": meas, "simulated": sim,
-                                 "error_pct": simcheck.error_pct(sim, meas)})
+    rows = [*cell_rows(cells, default_calibration(GPU), SHIPPED),
+            *cell_rows(cells, Calibration.load(cal_path), FITTED)]
     write_atomic(HERE / f"{a.out}.json", (json.dumps(rows, indent=1) + "\n").encode())
     text = render(rows, GPU in SHIPPED_PROFILES)
     write_atomic(HERE / f"{a.out}.md", text.encode())
     print(text)
+
+
+def cell_rows(cells: list[MeasuredCell], cal: Calibration, label: str) -> list[dict]:
+    """One row per cell and figure of METRICS, each cell simulated on its own model under
+    `cal` (residual `label`); a cell of FIT_MODELS is "fit", any other "held out"."""
+    rows = []
+    for t in cells:
+        for _, metric, meas, sim in evaluate(t.options, [t], cal):
+            if metric in METRICS:
+                rows.append({"cell": t.name, "metric": metric, "residual": label,
+                             "role": "fit" if _model(t.name) in FIT_MODELS else "held out",
+                             "measured": meas, "simulated": sim,
+                             "error_pct": simcheck.error_pct(sim, meas)})
+    return rows
 
 
 def lomo(base: SimOptions, cells: list[MeasuredCell], max_evals: int) -> str:

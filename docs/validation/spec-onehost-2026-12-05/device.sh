@@ -6,6 +6,8 @@
 #   D=docs/validation/spec-onehost-2026-12-05; mkdir -p /tmp/slspec /tmp/slsrc /tmp/kitbin
 #   cp $D/{spec.yaml,device.sh} src/servelab/data/models/qwen3-0.6b.json /tmp/slspec/ && cp -r src/servelab /tmp/slsrc/ && cp .gpu/bin/* /tmp/kitbin/
 #   (setsid nohup bash /tmp/slspec/device.sh > /tmp/h.out 2>&1 &)
+# Another spec without a draft model (../spec-lowacc-2026-12-06): copy its spec.yaml instead
+# and run with DRAFT= (no draft directory) and ARMS="its arms in order".
 set -u
 R=/tmp/hrun
 mkdir -p "$R"
@@ -20,8 +22,11 @@ GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 case "$GPU" in *H100*PCIe*) G=H100-PCIE ;; *H100*) G=H100-SXM ;; *) G=H200 ;; esac
 sed -i "s/^  gpu: H200\$/  gpu: $G/" "$SPEC"
 log "gpu $GPU -> spec gpu $G"
-bash /tmp/kitbin/dev.sh modeldir qwen3-0.6b /tmp/slspec/qwen3-0.6b.json > "$R/modeldir.log" 2>&1
-log "modeldir rc=$?"
+DRAFT=${DRAFT-/tmp/slspec/qwen3-0.6b.json}  # the draft arm's config; empty: no draft arm
+if [ -n "$DRAFT" ]; then
+  bash /tmp/kitbin/dev.sh modeldir qwen3-0.6b "$DRAFT" > "$R/modeldir.log" 2>&1
+  log "modeldir rc=$?"
+fi
 # The host's single-thread speed every ~5 s through the whole run (servelab probe's loop,
 # pinned to one CPU the engine shares): earlier machines flipped between ~155 and ~350 ns
 # within minutes, and the speculative arms' steps are mostly host CPU.
