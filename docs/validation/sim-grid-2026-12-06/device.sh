@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issues 14 and 17, 2026-12-06 (sixth session): the kernel profile on the profiler's fine GEMM
-# grid (M every 64 to 1,024, every 256 to 2,048, then half octaves; verification attention
+# grid (M = 96, every 64 from 128 to 1,024, every 256 to 2,048, then half octaves; verification attention
 # rows), and gemma-3-12b's prefill-heavy engine step kernel by kernel.
 # After the kit's install (../../../../shared/gpu), from the checkout on the machine:
 #   bash docs/validation/sim-grid-2026-12-06/device.sh profile   # `servelab sim profile`

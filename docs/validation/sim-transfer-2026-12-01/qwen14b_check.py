@@ -22,8 +22,8 @@ from pathlib import Path
 
 # main() replaces the offline driver's `_warmups` by what that run's client sent. The
 # compiled driver (mypyc, since 2026-12-05) calls its own function directly and would
-# ignore the replacement, silently simulating other warm-ups (the AWQ prefix cells' TTFT
-# then reads 25 % off instead of 9.5 %): run the sources, before servelab.sim is imported.
+# ignore the replacement, silently simulating other warm-ups (the AWQ cells' mean TTFT
+# error then reads 25.4 % instead of 9.5 %): run the sources, before servelab.sim is imported.
 os.environ["SERVELAB_PURE_PYTHON"] = "1"
 
 import servelab.sim.offline as offline  # noqa: E402
