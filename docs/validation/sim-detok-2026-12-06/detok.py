@@ -14,6 +14,7 @@ model tends to emit, and random ones). Prints us per output (median of 20 reques
 
 from __future__ import annotations
 
+import json
 import random
 import statistics
 import sys
@@ -24,7 +25,9 @@ import tokenizers
 from tokenizers import Tokenizer
 from tokenizers.decoders import DecodeStream
 
-GEMMA_VOCAB = 262_208
+# the served gemma's config (../sim-transfer-2026-12-01), whose vocabulary the kit kept
+GEMMA_VOCAB = int(json.loads((Path(__file__).resolve().parent.parent / "sim-transfer-2026-12-01" / "results"
+                              / "gemma-3-12b" / "config.json").read_text())["vocab_size"])
 OUTPUTS = 128
 REPS = 20
 

@@ -17,19 +17,9 @@ import statistics
 import sys
 from pathlib import Path
 
-from servelab.hardware.catalog import get_gpu
+from servelab.hardware.catalog import match_gpu
 from servelab.sim.cost import kernel_times, shipped_profile
 from servelab.sim.kernel_profile import KernelProfile
-
-GPU_OF = {"H200": "H200", "H100": "H100-SXM"}
-
-
-def _gpu_name(p: KernelProfile) -> str:
-    for key, name in GPU_OF.items():
-        if key in p.device.gpu_name:
-            return name
-    raise SystemExit(f"no catalog GPU for {p.device.gpu_name!r}")
-
 
 def _spread(ratios: list[float]) -> str:
     if not ratios:
@@ -41,7 +31,7 @@ def _keyed(p: KernelProfile) -> dict[str, dict[tuple, float]]:
     return {
         "gemm": {(g.family, g.m, g.n, g.k): g.time_us for g in p.gemm},
         "decode attention": {(a.backend, a.batch, a.context, a.q_heads, a.kv_heads, a.head_dim,
-                              getattr(a, "queries", 1)): a.time_us for a in p.attention_decode},
+                              a.queries): a.time_us for a in p.attention_decode},
         "prefill attention": {(a.backend, a.tokens, a.cached, a.q_heads, a.kv_heads, a.head_dim): a.time_us
                               for a in p.attention_prefill},
         "moe": {(m.tokens, m.experts, m.topk, m.hidden, m.intermediate): m.time_us for m in p.moe},
@@ -51,10 +41,13 @@ def _keyed(p: KernelProfile) -> dict[str, dict[tuple, float]]:
 
 def summarise(path: Path) -> list[str]:
     new = KernelProfile.load(path)
-    name = _gpu_name(new)
-    gpu = get_gpu(name)
+    gpu = match_gpu(new.device.gpu_name, new.device.memory_total_mib)
+    if gpu is None:
+        raise SystemExit(f"{path}: no catalog GPU for {new.device.gpu_name!r}")
+    name = gpu.name
     old = shipped_profile(gpu)
-    assert old is not None, f"no shipped profile for {name}"
+    if old is None:
+        raise SystemExit(f"{path}: servelab ships no profile for {name} to compare with")
     out = [f"## {name}: {path}", "",
            f"{new.device.gpu_name}, driver {new.device.driver}, CUDA {new.device.cuda}, torch "
            f"{new.device.torch}, vLLM {new.device.vllm}; measured in {new.took_s:.1f} s "
