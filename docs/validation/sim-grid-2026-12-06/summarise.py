@@ -1,8 +1,10 @@
 """The fine-grid profiles against the shipped ones (issues 14 and 17, 2026-12-06).
 
     .venv/bin/python docs/validation/sim-grid-2026-12-06/summarise.py results-h200/profile.json [results-h100/profile.json ...]
+    .venv/bin/python docs/validation/sim-grid-2026-12-06/summarise.py --baseline OLD.json NEW.json
 
-Per profile (its GPU's shipped profile alongside):
+Per profile (its GPU's shipped profile alongside, or the one profile given as --baseline,
+"shipped" then reading "baseline"):
 - how long it took and how many points of each family it holds;
 - reproducibility: on the points both profiles hold, new / shipped time, median and range
   per family;
@@ -13,8 +15,8 @@ Per profile (its GPU's shipped profile alongside):
 
 from __future__ import annotations
 
+import argparse
 import statistics
-import sys
 from pathlib import Path
 
 from servelab.hardware.catalog import match_gpu
@@ -39,20 +41,21 @@ def _keyed(p: KernelProfile) -> dict[str, dict[tuple, float]]:
     }
 
 
-def summarise(path: Path) -> list[str]:
+def summarise(path: Path, baseline: Path | None) -> list[str]:
     new = KernelProfile.load(path)
     gpu = match_gpu(new.device.gpu_name, new.device.memory_total_mib)
     if gpu is None:
         raise SystemExit(f"{path}: no catalog GPU for {new.device.gpu_name!r}")
     name = gpu.name
-    old = shipped_profile(gpu)
+    old = KernelProfile.load(baseline) if baseline else shipped_profile(gpu)
     if old is None:
         raise SystemExit(f"{path}: servelab ships no profile for {name} to compare with")
+    was = "baseline" if baseline else "shipped"
     out = [f"## {name}: {path}", "",
            f"{new.device.gpu_name}, driver {new.device.driver}, CUDA {new.device.cuda}, torch "
            f"{new.device.torch}, vLLM {new.device.vllm}; measured in {new.took_s:.1f} s "
-           f"(shipped: {old.took_s:.1f} s, {old.measured_at[:10]}).", "",
-           "| family | points (new / shipped) | on shared points, new / shipped |", "|---|---:|---|"]
+           f"({was}: {old.took_s:.1f} s, {old.measured_at[:10]}).", "",
+           f"| family | points (new / {was}) | on shared points, new / {was} |", "|---|---:|---|"]
     kn, ko = _keyed(new), _keyed(old)
     for fam in kn:
         shared = [kn[fam][k] / ko[fam][k] for k in kn[fam].keys() & ko[fam].keys()]
@@ -71,7 +74,7 @@ def summarise(path: Path) -> list[str]:
         band = "M < 256" if g.m < 256 else "M 256-1,024" if g.m <= 1024 else "M > 1,024"
         stair.setdefault(f"{g.family}, {band}", []).append(r)
         worst.append((r, f"{g.family} M={g.m} N={g.n} K={g.k}"))
-    out += ["", "Between the shipped points: measured / the shipped profile's interpolation.", "",
+    out += ["", f"Between the {was} points: measured / the {was} profile's interpolation.", "",
             "| GEMMs | ratio |", "|---|---|"]
     for key in sorted(stair):
         out.append(f"| {key} | {_spread(stair[key])} |")
@@ -82,11 +85,12 @@ def summarise(path: Path) -> list[str]:
 
 
 def main() -> None:
-    paths = [Path(a) for a in sys.argv[1:]]
-    if not paths:
-        raise SystemExit(__doc__)
-    for p in paths:
-        print("\n".join(summarise(p)))
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("profiles", nargs="+", type=Path)
+    ap.add_argument("--baseline", type=Path, help="compare with this profile instead of the shipped one")
+    a = ap.parse_args()
+    for p in a.profiles:
+        print("\n".join(summarise(p, a.baseline)))
 
 
 if __name__ == "__main__":

@@ -1,9 +1,10 @@
-"""Transfer check on a GPU no figure was fitted on: real vLLM 0.25.1 cells of one H100 SXM
-(issue 14), re-simulated on the H100 kernel profile measured on that machine
-(src/servelab/data/profiles/h100-sxm.json) with the shipped residual, which was fitted on
-H200 cells of two other models.
+"""Transfer check on a GPU no figure was fitted on: real vLLM 0.25.1 cells of H100 SXMs
+(issue 14), re-simulated on the shipped H100 kernel profile
+(src/servelab/data/profiles/h100-sxm.json; since 2026-12-07 the fine-grid one, measured on
+another H100) with the shipped residual, which was fitted on H200 cells of two other models.
 
     .venv/bin/python docs/validation/sim-transfer-h100-2026-12-06/check.py [--out NAME]
+        [--profile FILE] [--cal FILE [--fit]]
 
 Reads results/<model>/ (the served directory's config.json and `servelab bench` cells:
 rnd_c1, rnd_c32_N, rnd_c64_N = random 1024/128 at 1, 32, 64 in flight, N the draw, each its
@@ -12,6 +13,11 @@ flight), re-simulates each with its own seed, prompts, load and warm-ups, and wr
 NAME.md and NAME.json (default `table`; run from a checkout without the H100 profile,
 the same script gives the datasheet's figures). Per cell with several draws it also gives
 the error on their mean and the draws' spread.
+
+--profile prices the H100 with that kernel profile instead of the shipped one, and --cal reads
+(with --fit: writes) the H100 fit at that path instead of this folder's cal-h100.json. This
+folder's tables are of the H100 profile shipped on 2026-12-06, which
+../sim-grid-2026-12-07 replaced; that file is `git show 3fec5cc:src/servelab/data/profiles/h100-sxm.json`.
 
 The cells record the tokenizer and ShareGPT file at their device paths: link the kit's
 payload there (`ln -sfn $PWD/.gpu/dl/payload /tmp/gpu-x/payload`, after
@@ -28,6 +34,7 @@ from pathlib import Path
 from servelab.plan import EngineArgs
 from servelab.sim.calibrate import MeasuredCell, calibrate, evaluate, leave_one_model_out
 from servelab.sim.cost import SHIPPED_PROFILES, Calibration, default_calibration
+from servelab.sim.kernel_profile import KernelProfile
 from servelab.sim.setup import SimOptions
 from servelab.storage import write_atomic
 
@@ -48,12 +55,12 @@ _SPEC.loader.exec_module(simcheck)
 METRICS = simcheck.METRICS
 
 
-def targets(results: Path, gpu: str = GPU) -> list[MeasuredCell]:
+def targets(results: Path, gpu: str = GPU, profile: KernelProfile | None = None) -> list[MeasuredCell]:
     """Every measured cell under `results` (each draw its own), on its own served model,
-    simulated on `gpu`."""
+    simulated on `gpu` (priced with `profile`; None: the GPU's shipped one)."""
     out = []
     for mdir in sorted(p for p in results.iterdir() if (p / "config.json").exists()):
-        opts = SimOptions(str(mdir / "config.json"), gpu, None, EngineArgs())
+        opts = SimOptions(str(mdir / "config.json"), gpu, None, EngineArgs(), profile=profile)
         for f in sorted(mdir.glob("*.json")):
             if f.name == "config.json":
                 continue
@@ -72,13 +79,18 @@ def main() -> None:
     ap.add_argument("--leave-one-model-out", action="store_true",
                     help="fit on every model but one, for each model, and report that one's error "
                          "(writes lomo.md) instead of the table")
+    ap.add_argument("--profile", type=Path, help="price with this kernel profile instead of the shipped one")
+    ap.add_argument("--cal", type=Path, default=HERE / "cal-h100.json",
+                    help="the H100 fit's file (read; written with --fit)")
     a = ap.parse_args()
-    cells = targets(HERE / "results")
-    base = SimOptions(str(HERE / "results" / FIT_MODELS[0] / "config.json"), GPU, None, EngineArgs())
+    profile = KernelProfile.load(a.profile) if a.profile else None
+    cells = targets(HERE / "results", GPU, profile)
+    base = SimOptions(str(HERE / "results" / FIT_MODELS[0] / "config.json"), GPU, None, EngineArgs(),
+                      profile=profile)
     if a.leave_one_model_out:
         write_atomic(HERE / "lomo.md", lomo(base, cells, a.max_evals).encode())
         return
-    cal_path = HERE / "cal-h100.json"
+    cal_path = a.cal
     if a.fit or not cal_path.exists():
         fit = calibrate(base, [t for t in cells if _model(t.name) in FIT_MODELS],
                         max_evals=a.max_evals, progress=print)
@@ -87,7 +99,7 @@ def main() -> None:
     rows = [*cell_rows(cells, default_calibration(GPU), SHIPPED),
             *cell_rows(cells, Calibration.load(cal_path), FITTED)]
     write_atomic(HERE / f"{a.out}.json", (json.dumps(rows, indent=1) + "\n").encode())
-    text = render(rows, GPU in SHIPPED_PROFILES)
+    text = render(rows, a.profile or GPU in SHIPPED_PROFILES, a.cal.name)
     write_atomic(HERE / f"{a.out}.md", text.encode())
     print(text)
 
@@ -132,10 +144,11 @@ def _group(name: str) -> str:
     return f"{model}/{'_'.join(parts[:2])}"
 
 
-def render(rows: list[dict], profiled: bool) -> str:
-    how = "the shipped H100 profile" if profiled else "its datasheet (no H100 profile shipped)"
+def render(rows: list[dict], profiled: Path | bool, cal: str = "cal-h100.json") -> str:
+    how = (f"the kernel profile {profiled}" if isinstance(profiled, Path) else
+           "the shipped H100 profile" if profiled else "its datasheet (no H100 profile shipped)")
     lines = [f"H100-SXM priced from {how}. Residuals: the shipped one (`default_calibration('{GPU}')`, "
-             f"fitted on H200 cells) and the H100 fit (cal-h100.json, fitted on the H100 cells of "
+             f"fitted on H200 cells) and the H100 fit ({cal}, fitted on the H100 cells of "
              f"{' and '.join(FIT_MODELS)}).", ""]
     for label in (SHIPPED, FITTED):
         lines += _cell_table([r for r in rows if r["residual"] == label], label)

@@ -2,13 +2,14 @@
 (issue 17, 2026-12-06). Not shipped: they show what the measured staircase does to the
 simulation before the profiles are measured again on the finer grid.
 
-    .venv/bin/python docs/validation/spec-verify-2026-12-06/staircase.py OUT_DIR
+    .venv/bin/python docs/validation/spec-verify-2026-12-06/staircase.py OUT_DIR H100_PROFILE
 
 Writes OUT_DIR/h200.json: this run's H200 profile (results/profile.json) plus every bf16 GEMM
 point measured here that it lacks (results/kernels.jsonl: Qwen3-14B's four layer shapes at
 M = 320, 448, 640), all measured on the same H200.
 
-And OUT_DIR/h100-sxm.json: the shipped H100 profile plus the H200 points of kernels.py it
+And OUT_DIR/h100-sxm.json: H100_PROFILE (the H100 profile shipped on 2026-12-06, which
+../sim-grid-2026-12-07 replaced: `git show 3fec5cc:src/servelab/data/profiles/h100-sxm.json`) plus the H200 points of kernels.py it
 lacks, each scaled by the H100's time over the H200's at the two shipped grid points around
 it (geometric mean). An ESTIMATE: no H100 was lent to measure them. The two GPUs are the same
 GH100 chip (132 SMs) with other memory: on these shapes the H100 takes x1.26-1.46 the H200's
@@ -25,7 +26,6 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 R = HERE / "results"
-SHIPPED_H100 = HERE.parents[2] / "src" / "servelab" / "data" / "profiles" / "h100-sxm.json"
 
 
 def _bf16(profile: dict) -> dict[tuple[int, int, int], float]:
@@ -43,10 +43,10 @@ def measured_points() -> dict[tuple[int, int, int], float]:
 
 
 def main() -> None:
-    out = Path(sys.argv[1])
+    out, h100_path = Path(sys.argv[1]), Path(sys.argv[2])
     out.mkdir(parents=True, exist_ok=True)
     h200 = json.loads((R / "profile.json").read_text())
-    h100 = json.loads(SHIPPED_H100.read_text())
+    h100 = json.loads(h100_path.read_text())
     points = measured_points()
     t200, t100 = _bf16(h200), _bf16(h100)
     shapes = {(n, k) for _, n, k in t200}

@@ -6,6 +6,9 @@
 set -eu
 S=docs/validation/spec-verify-2026-12-06
 P=/tmp/staircase-profiles
-.venv/bin/python $S/staircase.py $P
+mkdir -p $P
+# the H100 profile shipped when this ran (../sim-grid-2026-12-07 replaced it)
+git show 3fec5cc:src/servelab/data/profiles/h100-sxm.json > $P/h100-octave.json
+.venv/bin/python $S/staircase.py $P $P/h100-octave.json
 bash $S/refit_checks.sh $P/h200.json $P/h100-sxm.json $S/staircase \
   "H200 staircase profile" "estimated H100 staircase profile"

@@ -1,6 +1,14 @@
 """The figures of this run's README from its results (issue 17, 2026-12-06).
 
     .venv/bin/python docs/validation/spec-verify-2026-12-06/summarise.py > summary.md
+    .venv/bin/python docs/validation/spec-verify-2026-12-06/summarise.py --results DIR --gpu NAME \
+        --profile FILE --baseline FILE > OTHER.md
+
+--results (default: this folder's results/) holds kernels.jsonl, trace-k6low.json and
+trace-nospec.json as `device.sh kernels` and `trace` write them; --gpu (default H200) is the
+catalog's name of the GPU they were measured on; --profile (default: RESULTS/profile.json) is
+that run's profile and --baseline (default: the GPU's shipped profile) the one section 4
+compares it with.
 
 1. Verification attention: FlashAttention time at q queries per sequence over q = 1 (Qwen3-14B's
    heads, 40/8/128), from kernels.jsonl.
@@ -8,12 +16,13 @@
    points the shipped profiles have, per Qwen3-14B shape and per layer.
 3. The engine traces: per target forward (FlashAttention launches / 40 layers), the wall time
    and the GPU's kernels by kind, speculative (n-gram K = 6, low synthetic acceptance) and not.
-4. The operator model's price of the same forwards (Qwen3-14B, H200, one GPU), with the shipped
+4. The operator model's price of the same forwards (Qwen3-14B, one GPU), with the GPU's shipped
    profile and with this run's.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 from collections import defaultdict
@@ -28,7 +37,6 @@ from servelab.sim.kernels import DatasheetKernels, ProfiledKernels
 from servelab.sim.operators import OperatorModel
 
 HERE = Path(__file__).resolve().parent
-R = HERE / "results"
 LAYERS = 40
 # Qwen3-14B per layer: QKV, O, gate-up, down; then the LM head
 SHAPES = {"qkv": (7168, 5120), "o": (5120, 5120), "gate_up": (34816, 5120), "down": (5120, 17408)}
@@ -77,12 +85,12 @@ def kind(name: str) -> str:
     return "other"
 
 
-def traces() -> list[str]:
+def traces(results: Path) -> list[str]:
     out = ["## 3. Engine traces (offline engine, 512-token prompts, 64 output tokens): per target forward", "",
            "| arm | batch | forwards / output token | wall ms | GPU kernels ms | GEMM | attention | triton | other | wall - kernels |",
            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for arm in ("k6low", "nospec"):
-        d = json.loads((R / f"trace-{arm}.json").read_text())
+        d = json.loads((results / f"trace-{arm}.json").read_text())
         for b, r in d["batches"].items():
             per = r["decode_per_step"]
             fw = next(v[0] for k, v in per.items() if "FlashAttnFwdSm90" in k) / LAYERS
@@ -96,14 +104,16 @@ def traces() -> list[str]:
     return out + [""]
 
 
-def priced() -> list[str]:
-    gpu, model = get_gpu("H200"), load_model("Qwen/Qwen3-14B")
-    new = KernelProfile.load(R / "profile.json")
+def priced(gpu_name: str, profile: Path, baseline: Path | None) -> list[str]:
+    gpu, model = get_gpu(gpu_name), load_model("Qwen/Qwen3-14B")
+    new = KernelProfile.load(profile)
+    base = KernelProfile.load(baseline) if baseline else shipped_profile(gpu)
+    assert base is not None
+    label = f"{'shipped' if baseline is None else 'baseline'} ({base.measured_at[:10]})"
     out = ["## 4. The operator model's GPU time for such forwards (context 560 a sequence)", "",
            "| profile | sequences | draft tokens | padded tokens | GEMMs, norms, LM head, sampler ms | attention ms | kernels ms |",
            "|---|---:|---:|---:|---:|---:|---:|"]
-    for label, prof in (("shipped (2026-12-01)", shipped_profile(gpu)), ("this run's", new)):
-        assert prof is not None
+    for label, prof in ((label, base), ("this run's", new)):
         kt = ProfiledKernels(prof, gpu, DatasheetKernels(gpu))
         for k, seqs, drafts in ((0, 16, 0), (0, 64, 0), (6, 16, 96), (6, 64, 320), (6, 64, 384)):
             ops = OperatorModel(model, gpu, EngineArgs(), kt, num_speculative_tokens=k)
@@ -114,8 +124,15 @@ def priced() -> list[str]:
 
 
 def main() -> None:
-    rows = [json.loads(line) for line in (R / "kernels.jsonl").read_text().splitlines()]
-    print("\n".join([*attention(rows), *gemms(rows), *traces(), *priced()]))
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--results", type=Path, default=HERE / "results")
+    ap.add_argument("--gpu", default="H200")
+    ap.add_argument("--profile", type=Path)
+    ap.add_argument("--baseline", type=Path)
+    a = ap.parse_args()
+    rows = [json.loads(line) for line in (a.results / "kernels.jsonl").read_text().splitlines()]
+    print("\n".join([*attention(rows), *gemms(rows), *traces(a.results),
+                     *priced(a.gpu, a.profile or a.results / "profile.json", a.baseline)]))
 
 
 if __name__ == "__main__":
