@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# On the device after the kit's install (../../../../shared/gpu), from the checkout: the
+# kernel profile, then ../spec-onehost-2026-12-05/device.sh on this folder's spec (nospec,
+# then ngram-k6-low), detached; results under /tmp/hrun (nvsmi.txt, profile.json,
+# profile.log, exp/, device.log, hostspeed.txt, probe-*.txt).
+#   bash docs/validation/spec-cross-2026-12-07/device.sh          # returns at once
+#   tail /tmp/hrun/device.log                                     # poll; ~9 min in all
+set -u
+D=docs/validation/spec-cross-2026-12-07
+mkdir -p /tmp/slspec /tmp/slsrc /tmp/kitbin /tmp/hrun
+cp $D/spec.yaml docs/validation/spec-onehost-2026-12-05/device.sh /tmp/slspec/
+rm -rf /tmp/slsrc/servelab && cp -r src/servelab /tmp/slsrc/ && cp .gpu/bin/* /tmp/kitbin/
+export PYTHONPATH=/tmp/slsrc:/tmp/site PYTHONUNBUFFERED=1
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 VLLM_USE_FLASHINFER_SAMPLER=0
+(setsid nohup bash -c "nvidia-smi -q > /tmp/hrun/nvsmi.txt 2>&1;
+  timeout 300 python3 -m servelab sim profile --out /tmp/hrun/profile.json > /tmp/hrun/profile.log 2>&1;
+  DRAFT= ARMS='nospec ngram-k6-low' BUDGET_S=${BUDGET_S:-600} bash /tmp/slspec/device.sh" > /tmp/h.out 2>&1 &)
+echo started
