@@ -2,8 +2,9 @@
 
     .venv/bin/python docs/validation/sim-grid-2026-12-07/payoff.py EXPERIMENT HOST.json > OUT.md
 
-Runs `servelab report` on a copy of EXPERIMENT with the host figures HOST.json (the shipped
-kernel profile of the experiment's GPU), then reads its payoff tables ("where ARM pays":
+Builds the report of EXPERIMENT with the host figures HOST.json (`build_report`, as
+`servelab report EXPERIMENT --calibration HOST.json` does, with the shipped kernel profile of
+the experiment's GPU; nothing is written), then reads its payoff tables ("where ARM pays":
 simulated and measured speed-up per load) and prints the simulated speed-up's error against
 the measured one, mean / max absolute per arm and over all rows, and the report's advice
 lines (advised K, the decode batch where the simulation has the arm stop paying, and whether
@@ -13,26 +14,27 @@ the measured cells agree).
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
-_ARM = re.compile(r"^### \S+: where (\S+) pays")
+from servelab.report.build import build_report
+from servelab.report.tables import Table
+
+_ARM = re.compile(r"^\S+: where (\S+) pays")
+_ADVICE = re.compile(r"^\S+ on \S+: ")
 
 
-def payoff_rows(report: str) -> list[tuple[str, str, float, float]]:
+def payoff_rows(tables: tuple[Table, ...]) -> list[tuple[str, str, float, float]]:
     """(arm, load, simulated, measured speed-up) for every payoff row with a measured cell."""
-    rows, arm = [], ""
-    for line in report.splitlines():
-        m = _ARM.match(line)
-        if m:
-            arm = m.group(1)
+    rows = []
+    for t in tables:
+        m = _ARM.match(t.title)
+        if m is None:
             continue
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if arm and len(cells) == 7 and re.fullmatch(r"c\d+", cells[0]) and cells[3].startswith("x"):
-            rows.append((arm, cells[0], float(cells[2][1:]), float(cells[3][1:])))
+        sim_col, meas_col = t.headers.index("sim speed-up"), t.headers.index("measured speed-up")
+        for r in t.rows:
+            if r[meas_col].startswith("x"):
+                rows.append((m.group(1), r[0], float(r[sim_col][1:]), float(r[meas_col][1:])))
     return rows
 
 
@@ -40,13 +42,8 @@ def main() -> None:
     if len(sys.argv) != 3:
         raise SystemExit(__doc__)
     exp, cal = Path(sys.argv[1]), Path(sys.argv[2])
-    with tempfile.TemporaryDirectory() as tmp:
-        copy = Path(tmp) / "exp"
-        shutil.copytree(exp, copy)
-        subprocess.run([sys.executable, "-m", "servelab", "report", str(copy), "--calibration", str(cal)],
-                       check=True, capture_output=True)
-        report = (copy / "report.md").read_text()
-    rows = payoff_rows(report)
+    report = build_report(exp, plots=False, calibration=cal)
+    rows = payoff_rows(report.tables)
     if not rows:
         raise SystemExit(f"{exp}: the report has no payoff rows with a measured speed-up")
     out = [f"Payoff of `servelab report {exp} --calibration {cal}`: simulated speed-up over the "
@@ -56,7 +53,8 @@ def main() -> None:
         out.append(f"| {arm} | {len(err)} | {sum(err) / len(err):.1f} | {max(err):.1f} |")
     err = [abs(s / m - 1) * 100 for _, _, s, m in rows]
     out += [f"| all | {len(err)} | {sum(err) / len(err):.1f} | {max(err):.1f} |", "", "Advice lines:", ""]
-    out += [line for line in report.splitlines() if re.match(r"^- \S+ on \S+: measured acceptance", line)]
+    # each arm's advice ("ARM on WORKLOAD: ..."), not the line naming the calibration
+    out += [f"- {line}" for line in report.speculation if _ADVICE.match(line)]
     print("\n".join(out))
 
 

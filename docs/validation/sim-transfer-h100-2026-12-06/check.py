@@ -99,7 +99,9 @@ def main() -> None:
     rows = [*cell_rows(cells, default_calibration(GPU), SHIPPED),
             *cell_rows(cells, Calibration.load(cal_path), FITTED)]
     write_atomic(HERE / f"{a.out}.json", (json.dumps(rows, indent=1) + "\n").encode())
-    text = render(rows, a.profile or GPU in SHIPPED_PROFILES, a.cal.name)
+    how = (f"the kernel profile {a.profile}" if a.profile else "the shipped H100 profile"
+           if GPU in SHIPPED_PROFILES else "its datasheet (no H100 profile shipped)")
+    text = render(rows, how, a.cal.name)
     write_atomic(HERE / f"{a.out}.md", text.encode())
     print(text)
 
@@ -144,9 +146,8 @@ def _group(name: str) -> str:
     return f"{model}/{'_'.join(parts[:2])}"
 
 
-def render(rows: list[dict], profiled: Path | bool, cal: str = "cal-h100.json") -> str:
-    how = (f"the kernel profile {profiled}" if isinstance(profiled, Path) else
-           "the shipped H100 profile" if profiled else "its datasheet (no H100 profile shipped)")
+def render(rows: list[dict], how: str, cal: str) -> str:
+    """The tables of `rows`, titled with what priced the H100 (`how`) and the H100 fit's file."""
     lines = [f"H100-SXM priced from {how}. Residuals: the shipped one (`default_calibration('{GPU}')`, "
              f"fitted on H200 cells) and the H100 fit ({cal}, fitted on the H100 cells of "
              f"{' and '.join(FIT_MODELS)}).", ""]
