@@ -3,6 +3,7 @@ verification step, the planner's drafter memory, the counters and the report's a
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -24,8 +25,8 @@ from servelab.models import load_model
 from servelab.plan import EngineArgs, plan_memory
 from servelab.plan.memory import GIB, loaded_weights_bytes
 from servelab.models.costs import kv_bytes_per_token_per_gpu
-from servelab.report.data import load_experiment
-from servelab.report.speculation import payoff_table
+from servelab.report.data import ExperimentData, load_experiment
+from servelab.report.speculation import payoff_table, refill_of
 from servelab.sim.cost import AffineCost, default_calibration
 from servelab.sim.engine import SimConfig, SimEngine, build_engine
 from servelab.sim.scheduler import ScheduledStep
@@ -348,6 +349,49 @@ def test_a_closed_loops_refill_puts_whole_prompts_in_a_share_of_the_steps() -> N
     assert model.at(64, 500, endless).speedup == pytest.approx(model.at(64, 500).speedup, rel=1e-6)
 
 
+def test_a_loop_of_equal_outputs_prefills_in_waves() -> None:
+    # Known answer: 16 sequences that each decode exactly 128 tokens finish together and
+    # are replaced together, so every 128 / t steps one step prefills all 16 prompts
+    # (200 tokens, causal context 200 x 201 / 2 each) and the decode steps between carry
+    # none: each step costs its decode plus t / 128 of that prefill step.
+    rates = (0.8, 0.6, 0.1, 0.02)
+    base = build_engine("Qwen/Qwen3-14B", "H200", None, ARGS, None)
+    spec = build_engine("Qwen/Qwen3-14B", "H200", None, ARGS, None, True, None, _ngram(4, list(rates)))
+    model = PayoffModel(base.cost, spec.cost, split_acceptance(rates, 4))
+    waves = Refill(prompt_tokens=200, cached_tokens=0, output_tokens=128, waves=True)
+    prefill = ScheduledStep([], [], 0, 0, 16 * 200, 16 * (200 * 201 // 2), 0, 16)
+    assert model.base_step_s(16, 264, waves) == pytest.approx(
+        model.base_step_s(16, 264) + base.cost.step_duration_s(prefill) / 128)
+    t = model.tokens_per_step(4)
+    assert model.spec_step_s(16, 264, 4, waves) == pytest.approx(
+        model.spec_step_s(16, 264, 4) + spec.cost.step_duration_s(prefill) * t / 128)
+    # twice the output per request: one wave every twice as many steps, half the added time
+    longer = Refill(prompt_tokens=200, cached_tokens=0, output_tokens=256, waves=True)
+    added = model.base_step_s(16, 264, waves) - model.base_step_s(16, 264)
+    assert model.base_step_s(16, 264, longer) - model.base_step_s(16, 264) == pytest.approx(added / 2)
+    # every prompt token in the prefix cache: nothing to prefill, the decode step alone
+    cached = Refill(prompt_tokens=0, cached_tokens=200, output_tokens=128, waves=True)
+    assert model.spec_step_s(16, 264, 4, cached) == model.spec_step_s(16, 264, 4)
+
+
+def test_the_report_prices_waves_only_where_every_request_decoded_one_length() -> None:
+    # The same-machine run's low-acceptance cells: 128 tokens for every request of every
+    # cell, so waves of 128. One cell with another fixed length, one request of another
+    # length, lengths the stored copy dropped, or a single request: independent finishes.
+    data = load_experiment(ROOT / "docs/validation/spec-cross-2026-12-07/results/exp")
+    cells = [c for c in data.cells if c.arm == "ngram-k6-low"]
+    refill = refill_of(cells)
+    assert refill is not None and refill.waves and refill.output_tokens == 128
+    first = cells[0]
+    for other in (dataclasses.replace(first, output_lens=(64,) * len(first.output_lens)),
+                  dataclasses.replace(first, output_lens=first.output_lens[:-1] + (127,)),
+                  dataclasses.replace(first, output_lens=())):
+        independent = refill_of([other] + cells[1:])
+        assert independent is not None and not independent.waves
+    alone = refill_of([dataclasses.replace(first, output_lens=(128,))])
+    assert alone is not None and not alone.waves
+
+
 def test_speculation_pays_less_where_its_sooner_finishes_bring_more_prefill() -> None:
     # With every draft accepted a sequence finishes t times sooner, so the speculative engine
     # prefills t times more per step than its baseline: at 64 in flight with 128-token
@@ -361,17 +405,23 @@ def test_speculation_pays_less_where_its_sooner_finishes_bring_more_prefill() ->
     assert model.at(1, 264, refill).speedup == pytest.approx(model.at(1, 264).speedup, rel=0.02)
 
 
+def _committed_run(root: Path, sim: dict[str, Path]) -> tuple[ExperimentData, ExperimentSpec]:
+    """A committed real run's experiment (`root`/results/exp) and its spec with the
+    simulator's `sim` settings (calibration, profile) set. The served directory held the
+    catalog model's own config: the catalog's is used, wherever the test runs."""
+    data = load_experiment(root / "results/exp")
+    stored = ExperimentSpec.from_stored(data.manifest["spec"])
+    return data, stored.model_copy(update={
+        "model": stored.model.model_copy(update={"path": None}),
+        "sim": stored.sim.model_copy(update=sim)})
+
+
 def test_the_payoff_table_matches_the_one_machine_runs_measured_speed_ups() -> None:
     # The committed one-machine run (docs/validation/spec-onehost-2026-12-05, its host's
     # figures): every n-gram cell's simulated speed-up within 15 % of the measured one. The
     # decode-only steady state (no refill) had c64 at x2.96 against a measured x1.73.
     root = ROOT / "docs/validation/spec-onehost-2026-12-05"
-    data = load_experiment(root / "results/exp")
-    stored = ExperimentSpec.from_stored(data.manifest["spec"])
-    # the served directory held Qwen3-14B's own config: the catalog's, wherever the test runs
-    spec = stored.model_copy(update={
-        "model": stored.model.model_copy(update={"path": None}),
-        "sim": stored.sim.model_copy(update={"calibration": root / "host/host.json"})})
+    data, spec = _committed_run(root, {"calibration": root / "host/host.json"})
     checked = 0
     for wl in ("sharegpt", "prefix"):
         for arm in ("ngram-k2", "ngram-k4", "ngram-k6"):
@@ -382,6 +432,29 @@ def test_the_payoff_table_matches_the_one_machine_runs_measured_speed_ups() -> N
                 assert abs(sim / measured - 1) <= 0.15, (wl, arm, row)
                 checked += 1
     assert checked == 24
+
+
+def test_the_payoff_places_the_same_machine_crossover_where_it_was_measured() -> None:
+    # The committed same-machine run (docs/validation/spec-cross-2026-12-07: kernel profile
+    # and cells on one H100, the host's figures fitted there on nospec and ngram-k2): the
+    # low-acceptance arm measured paying at c16 (x1.05) and not at c32 (x0.96). Every request
+    # decoded 128 tokens, so the loop runs in waves; priced so, every simulated speed-up is
+    # within 10 % of the measured one and the crossover falls between the two loads. The
+    # same cells priced as independent finishes (their output lengths dropped) put it
+    # below c16.
+    root = ROOT / "docs/validation/spec-cross-2026-12-07"
+    data, spec = _committed_run(root, {"calibration": root / "fit/host.json",
+                                       "profile": root / "results/profile.json"})
+    table, line = payoff_table(data, spec, "ngram-k6-low", "sharegpt", "nospec", data.manifest["gpu"])
+    assert table is not None and "prefilled again in waves" in table.note
+    assert len(table.rows) == 5
+    for row in table.rows:
+        sim, measured = float(row[2].lstrip("x")), float(row[3].lstrip("x"))
+        assert abs(sim / measured - 1) <= 0.10, row
+    assert "measured: pays at batches up to 16, not at 32 and above; agrees" in line
+    independent = dataclasses.replace(data, cells=[dataclasses.replace(c, output_lens=()) for c in data.cells])
+    _, poisson = payoff_table(independent, spec, "ngram-k6-low", "sharegpt", "nospec", data.manifest["gpu"])
+    assert "; disagrees" in poisson
 
 
 # -- counters: vLLM's /metrics text, the simulator's, the report ----------------------------------
@@ -425,29 +498,50 @@ def test_a_sim_experiment_reports_speed_up_acceptance_advice_and_crossover(tmp_p
     assert "r: speculative arm ng vs base" in md and "r: where ng pays" in md
     line = next(x for x in md.splitlines() if x.startswith("- ng on r:"))
     assert "advised K" in line and "decode batch" in line
+    # the random workload's outputs are all 64 tokens: the loop refills in waves
+    assert "prefilled again in waves" in md
     # at batch 1 verifying more rows is free (the step reads the weights either way), so
     # every position pays
     assert "advised K 4 at c1" in line
 
 
-def test_the_report_prices_the_payoff_with_the_hosts_calibration(tmp_path: Path) -> None:
-    # Known answer: a host whose speculative path costs 50 ms a step (a 4B model's decode
-    # step is a few ms) cannot gain from at most 5 tokens per step at any batch, so under
-    # that calibration the payoff says it pays at no batch; the experiment's own report
-    # (shipped figures) has it pay at c1. The file is named in the report.
+def _costly_speculation(flag: str, tmp_path: Path) -> Path:
+    """A file for `flag` under which no speculation pays: a calibration whose speculative
+    path costs 50 ms a step (a 4B model's decode step is a few ms, at most 5 tokens a step),
+    or the shipped H200 profile with every GEMM of two rows and more 50x as long (verifying
+    K + 1 = 5 rows then costs far more than the one-row step it replaces, at batch 1 and
+    above)."""
+    if flag == "--calibration":
+        path = tmp_path / "host.json"
+        default_calibration("H200").model_copy(update={"spec_step_us": 50_000.0}).save(path)
+        return path
+    data = json.loads((ROOT / "src/servelab/data/profiles/h200.json").read_text())
+    data["gemm"] = [{**g, "time_us": g["time_us"] * (50 if g["m"] >= 2 else 1)} for g in data["gemm"]]
+    path = tmp_path / "slow-gemm.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+@pytest.mark.parametrize(("flag", "named"), [("--calibration", "calibration"), ("--profile", "profile")])
+def test_the_report_prices_the_payoff_with_the_given_figures(tmp_path: Path, flag: str, named: str) -> None:
+    # Known answer: under the costly file the payoff says the arm pays at no batch; the
+    # experiment's own report (shipped figures and profile) has it pay at c1. The report
+    # names the file; a missing one is named by its flag, and the flag is refused with
+    # --csv.
     out = _ngram_experiment(tmp_path, "{concurrency: [1], num_prompts: 8}")
     shipped = next(x for x in (out / "report.md").read_text().splitlines() if x.startswith("- ng on r:"))
     assert "paying at no batch" not in shipped
-    cal = tmp_path / "host.json"
-    default_calibration("H200").model_copy(update={"spec_step_us": 50_000.0}).save(cal)
-    proc = run_servelab("report", str(out), "--calibration", str(cal))
+    costly = _costly_speculation(flag, tmp_path)
+    proc = run_servelab("report", str(out), flag, str(costly))
     assert proc.returncode == 0, proc.stderr
     md = (out / "report.md").read_text()
-    assert f"The simulated payoff uses the calibration {cal}." in md
+    assert f"The simulated payoff uses the {named} {costly}." in md
     line = next(x for x in md.splitlines() if x.startswith("- ng on r:"))
     assert "the simulation has it paying at no batch" in line
-    bad = run_servelab("report", str(out), "--calibration", str(tmp_path / "missing.json"))
-    assert bad.returncode == 2 and "--calibration" in bad.stderr and "Traceback" not in bad.stderr
+    bad = run_servelab("report", str(out), flag, str(tmp_path / "missing.json"))
+    assert bad.returncode == 2 and flag in bad.stderr and "Traceback" not in bad.stderr
+    csv = run_servelab("report", str(out), "--csv", str(tmp_path / "c.csv"), flag, str(costly))
+    assert csv.returncode == 2 and f"{flag} is for the report" in csv.stderr
 
 
 def test_the_advised_k_shrinks_as_verification_rows_stop_being_free() -> None:

@@ -1,10 +1,10 @@
 """The report's payoff against the measured speed-up (issue 17, 2026-12-07).
 
-    .venv/bin/python docs/validation/sim-grid-2026-12-07/payoff.py EXPERIMENT HOST.json > OUT.md
+    .venv/bin/python docs/validation/sim-grid-2026-12-07/payoff.py EXPERIMENT HOST.json [PROFILE.json] > OUT.md
 
 Builds the report of EXPERIMENT with the host figures HOST.json (`build_report`, as
-`servelab report EXPERIMENT --calibration HOST.json` does, with the shipped kernel profile of
-the experiment's GPU; nothing is written), then reads its payoff tables ("where ARM pays":
+`servelab report EXPERIMENT --calibration HOST.json [--profile PROFILE.json]` does: without
+PROFILE, the shipped kernel profile of the experiment's GPU; nothing is written), then reads its payoff tables ("where ARM pays":
 simulated and measured speed-up per load) and prints the simulated speed-up's error against
 the measured one, mean / max absolute per arm and over all rows, and the report's advice
 lines (advised K, the decode batch where the simulation has the arm stop paying, and whether
@@ -39,14 +39,16 @@ def payoff_rows(tables: tuple[Table, ...]) -> list[tuple[str, str, float, float]
 
 
 def main() -> None:
-    if len(sys.argv) != 3:
+    if len(sys.argv) not in (3, 4):
         raise SystemExit(__doc__)
     exp, cal = Path(sys.argv[1]), Path(sys.argv[2])
-    report = build_report(exp, plots=False, calibration=cal)
+    profile = Path(sys.argv[3]) if len(sys.argv) == 4 else None
+    report = build_report(exp, plots=False, calibration=cal, profile=profile)
     rows = payoff_rows(report.tables)
     if not rows:
         raise SystemExit(f"{exp}: the report has no payoff rows with a measured speed-up")
-    out = [f"Payoff of `servelab report {exp} --calibration {cal}`: simulated speed-up over the "
+    flags = f"--calibration {cal}" + (f" --profile {profile}" if profile else "")
+    out = [f"Payoff of `servelab report {exp} {flags}`: simulated speed-up over the "
            "measured one, absolute error.", "", "| arm | rows | mean % | max % |", "|---|---:|---:|---:|"]
     for arm in sorted({r[0] for r in rows}):
         err = [abs(s / m - 1) * 100 for a, _, s, m in rows if a == arm]

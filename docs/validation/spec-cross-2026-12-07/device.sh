@@ -5,9 +5,19 @@
 # profile.log, exp/, device.log, hostspeed.txt, probe-*.txt).
 #   bash docs/validation/spec-cross-2026-12-07/device.sh          # returns at once
 #   tail /tmp/hrun/device.log                                     # poll; ~9 min in all
+# Then, once device.log says "all done", the second experiment (spec-k.yaml: real n-gram at
+# K = 6 and 2, then nospec again, into /tmp/hrun/exp-k; no new arm after BUDGET_S seconds):
+#   bash docs/validation/spec-cross-2026-12-07/device.sh k
 set -u
 D=docs/validation/spec-cross-2026-12-07
 mkdir -p /tmp/slspec /tmp/slsrc /tmp/kitbin /tmp/hrun
+if [ "${1:-}" = k ]; then
+  # a copy under another name: bash reads a running script as it goes
+  cp $D/spec-k.yaml /tmp/slspec/ && cp docs/validation/spec-onehost-2026-12-05/device.sh /tmp/slspec/device-k.sh
+  (setsid nohup env SPEC=/tmp/slspec/spec-k.yaml EXP=/tmp/hrun/exp-k DRAFT= ARMS="${ARMS:-ngram-k6 ngram-k2 nospec}" \
+     BUDGET_S=${BUDGET_S:-500} bash /tmp/slspec/device-k.sh > /tmp/h-k.out 2>&1 &)
+  echo started k; exit 0
+fi
 cp $D/spec.yaml docs/validation/spec-onehost-2026-12-05/device.sh /tmp/slspec/
 rm -rf /tmp/slsrc/servelab && cp -r src/servelab /tmp/slsrc/ && cp .gpu/bin/* /tmp/kitbin/
 export PYTHONPATH=/tmp/slsrc:/tmp/site PYTHONUNBUFFERED=1

@@ -13,7 +13,8 @@ R=/tmp/hrun
 mkdir -p "$R"
 export PYTHONPATH=/tmp/slsrc:/tmp/site PYTHONUNBUFFERED=1
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 VLLM_USE_FLASHINFER_SAMPLER=0
-SPEC=/tmp/slspec/spec.yaml
+SPEC=${SPEC:-/tmp/slspec/spec.yaml}  # another spec: SPEC= and EXP= (its own experiment folder)
+EXP=${EXP:-$R/exp}
 T0=$(date +%s)
 BUDGET_S=${BUDGET_S:-1100}
 log() { echo "[$(date +%T) +$(( $(date +%s) - T0 ))s] $*" >> "$R/device.log"; }
@@ -40,7 +41,7 @@ for arm in $ARMS; do
   if [ $(( $(date +%s) - T0 )) -gt "$BUDGET_S" ]; then log "skip $arm: out of time"; continue; fi
   python3 -m servelab probe > "$R/probe-before-$arm.txt" 2>&1
   log "arm $arm"
-  python3 -m servelab run "$SPEC" --out "$R/exp" --arm "$arm" --no-report > "$R/run-$arm.log" 2>&1
+  python3 -m servelab run "$SPEC" --out "$EXP" --arm "$arm" --no-report > "$R/run-$arm.log" 2>&1
   log "arm $arm rc=$?"
 done
 python3 -m servelab probe > "$R/probe-after.txt" 2>&1

@@ -14,16 +14,20 @@ from servelab.cli.output import make_console
 from servelab.errors import ServelabError
 
 
-def print_report(root: Path, calibration: Path | None = None) -> None:
-    """Build the report of `root` (`calibration`: the simulator's figures for the
-    speculative payoff), write its files there and print it (every table fits the
-    console's width without cutting a figure: see servelab.textgrid)."""
+def print_report(root: Path, calibration: Path | None = None, profile: Path | None = None) -> None:
+    """Build the report of `root` (`calibration`, `profile`: the simulator's figures and
+    kernel profile for the speculative payoff), write its files there and print it (every
+    table fits the console's width without cutting a figure: see servelab.textgrid)."""
     from servelab.report import build_report, write_report
     from servelab.sim.cost import Calibration
+    from servelab.sim.kernel_profile import KernelProfile
 
+    # a bad file is named before any work
     if calibration is not None:
-        Calibration.load(calibration)  # a bad file is named before any work
-    report = build_report(root, calibration=calibration)
+        Calibration.load(calibration)
+    if profile is not None:
+        KernelProfile.load(profile, "--profile")
+    report = build_report(root, calibration=calibration, profile=profile)
     paths = write_report(root, report)
     console = make_console()
     console.print(Text(report.title, style="bold"))
@@ -71,15 +75,20 @@ def report_cmd(
         None, "--calibration", help="Calibration JSON (`servelab sim calibrate`, e.g. this host's "
         "--fit speculative) for the simulated payoff of speculative arms (default: the spec's "
         "sim.calibration, else the GPU's shipped figures)."),
+    profile: Optional[Path] = typer.Option(
+        None, "--profile", help="Kernel profile JSON (`servelab sim profile`, e.g. measured on the "
+        "machine that ran the cells) for the simulated payoff of speculative arms (default: the "
+        "spec's sim.profile, else the GPU's shipped profile)."),
 ) -> None:
     """Render an experiment's tables, diagnosis and plots (terminal, report.md, report.html),
     or with --csv / --parquet export its cells for pandas, spreadsheets and dashboards."""
     if csv_path is not None or parquet_path is not None:
-        if calibration is not None:
-            raise ServelabError("--calibration is for the report, not for --csv / --parquet")
+        for flag, given in (("--calibration", calibration), ("--profile", profile)):
+            if given is not None:
+                raise ServelabError(f"{flag} is for the report, not for --csv / --parquet")
         export_cells(directory, csv_path, parquet_path)
     else:
-        print_report(directory, calibration)
+        print_report(directory, calibration, profile)
 
 
 def register(app: typer.Typer) -> None:

@@ -19,6 +19,7 @@ from servelab.hardware.catalog import NodeLayout, node_layout
 from servelab.experiment.spec import ArgValue, ArmSpec, ExperimentSpec
 from servelab.plan import EngineArgs
 from servelab.sim.cost import Calibration, default_calibration
+from servelab.sim.kernel_profile import KernelProfile
 
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
 
@@ -172,6 +173,12 @@ def sim_calibration(spec: ExperimentSpec) -> Calibration | None:
             raise ServelabError("sim.host_cpu_scale needs hardware.gpu (whose figures it scales)")
         cal = default_calibration(spec.hardware.gpu)
     return cal.on_host(sim.host_cpu_scale)
+
+
+def sim_profile(spec: ExperimentSpec) -> KernelProfile | None:
+    """The spec's `sim.profile` (a kernel profile measured by `servelab sim profile`; None:
+    the GPU's shipped one, else its datasheet)."""
+    return KernelProfile.load(spec.sim.profile, "sim.profile") if spec.sim.profile else None
 
 
 def node_layout_of(spec: ExperimentSpec) -> NodeLayout | None:

@@ -29,11 +29,10 @@ from servelab.engine.process import ReplicaCommand, ServerProcess
 from servelab.engine.running import LaunchedEngine, launch
 from servelab.errors import ServelabError
 from servelab.experiment.arms import (arm_launch, arm_ports, arm_urls, engine_path, node_layout_of,
-                                      planner_args, sim_calibration)
+                                      planner_args, sim_calibration, sim_profile)
 from servelab.experiment.planning import startup_from_plan
 from servelab.experiment.spec import DIRECT, ArmSpec, ExperimentSpec
 from servelab.experiment.targets import HttpTarget, OfflineSimTarget, Target
-from servelab.sim.kernel_profile import KernelProfile
 from servelab.sim.setup import SimOptions, build_cluster
 
 ROUTER_START_S = 60.0
@@ -139,7 +138,7 @@ def _offline(spec: ExperimentSpec, arm: ArmSpec) -> ArmRun:
     assert spec.hardware.gpu is not None
     args = planner_args(spec, arm, strict=True)
     calibration = sim_calibration(spec)
-    profile = KernelProfile.load(spec.sim.profile, "sim.profile") if spec.sim.profile else None
+    profile = sim_profile(spec)
     opts = SimOptions(model=arm.model or spec.model.name, gpu=spec.hardware.gpu,
                       quantization=arm.quantization, engine_args=args, replicas=arm.replicas,
                       router_policy="round_robin" if arm.routing == DIRECT else arm.routing,

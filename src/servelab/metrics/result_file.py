@@ -65,6 +65,7 @@ class StoredResult(BaseModel):
     mean_e2el_ms: float | None = None
     ttfts: list[float] | None = None  # s, per request (--save-detailed)
     itls: list[list[float]] | None = None  # s
+    output_lens: list[int] | None = None  # tokens, per request (--save-detailed)
     errors: list[str] | None = None
     spec_decode_num_drafts: int | None = None
     spec_decode_draft_tokens: int | None = None

@@ -60,10 +60,12 @@ def _intro(data: ExperimentData) -> tuple[str, ...]:
     return tuple(lines)
 
 
-def _speculation(data: ExperimentData, calibration: Path | None) -> tuple[list[Table], list[str]]:
+def _speculation(data: ExperimentData, calibration: Path | None,
+                 profile: Path | None) -> tuple[list[Table], list[str]]:
     """The speculative-decoding section, when some arm speculates; its simulated payoff
-    under `calibration` when given (the host's figures from `sim calibrate`), else the
-    spec's `sim.calibration`, else the GPU's shipped figures."""
+    under `calibration` (the host's figures from `sim calibrate`) and `profile` (a kernel
+    profile from `sim profile`, e.g. measured on the machine that ran the cells) where
+    given, else the spec's `sim.calibration` and `sim.profile`, else the GPU's shipped ones."""
     if not any(a.spec.get("speculative") for a in data.arms):
         return [], []
     try:
@@ -71,18 +73,19 @@ def _speculation(data: ExperimentData, calibration: Path | None) -> tuple[list[T
     except ValidationError as exc:
         return [], [f"speculative arms: the manifest's spec does not validate "
                     f"({exc.errors()[0]['loc']}: {exc.errors()[0]['msg']}), no payoff computed."]
-    if calibration is None:
-        return speculation_section(data, spec, data.manifest.get("gpu"))
-    spec = spec.model_copy(update={"sim": spec.sim.model_copy(update={"calibration": calibration})})
+    given = {k: v for k, v in (("calibration", calibration), ("profile", profile)) if v is not None}
+    if given:
+        spec = spec.model_copy(update={"sim": spec.sim.model_copy(update=given)})
     tables, lines = speculation_section(data, spec, data.manifest.get("gpu"))
-    return tables, [f"The simulated payoff uses the calibration {calibration}."] + lines
+    return tables, [f"The simulated payoff uses the {k} {v}." for k, v in given.items()] + lines
 
 
-def build_report(root: Path, plots: bool = True, calibration: Path | None = None) -> Report:
-    """The report of the experiment in `root` (`calibration`: the simulator's figures for
-    the speculative payoff, see `_speculation`)."""
+def build_report(root: Path, plots: bool = True, calibration: Path | None = None,
+                 profile: Path | None = None) -> Report:
+    """The report of the experiment in `root` (`calibration`, `profile`: the simulator's
+    figures and kernel profile for the speculative payoff, see `_speculation`)."""
     data = load_experiment(root)
-    spec_tables, spec_lines = _speculation(data, calibration)
+    spec_tables, spec_lines = _speculation(data, calibration, profile)
     return Report(
         title=f"servelab report: {data.manifest['spec']['name']}",
         intro=_intro(data),

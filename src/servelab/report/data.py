@@ -9,9 +9,10 @@ parsed startup lines and the manifest's planner figures.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from servelab.diagnosis import RooflineStep
 from servelab.experiment.cellrecord import CellRecord
@@ -19,6 +20,8 @@ from servelab.experiment.store import ArmStatus, ExperimentStore
 from servelab.metrics.result_file import StoredResult
 from servelab.metrics.scrape import drafted_share, stored_spec_decode
 from servelab.metrics.server_figures import ServerFigures
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +77,8 @@ class CellFigures:
     trap_notes: tuple[str, ...] = ()  # the run's measurement traps (servelab.metrics.traps)
     mean_input_len: float = 0.0  # tokens per completed request
     mean_output_len: float = 0.0
+    # tokens per completed request, one each; empty where the stored copy dropped them
+    output_lens: tuple[int, ...] = ()
     spec: SpecFigures | None = None
 
     @property
@@ -145,12 +150,13 @@ def cell_figures(record: CellRecord) -> CellFigures:
         mean_itl_ms=_latency(res.mean_itl_ms), p99_itl_ms=_latency(res.number("p99_itl_ms")),
         mean_tpot_ms=_latency(res.mean_tpot_ms), duration_s=res.duration,
         completed=res.completed, failed=res.failed, percentiles=res.percentiles_ms(),
-        ttfts_ms=tuple(t * 1e3 for t, e in zip(res.ttfts or [], errors) if not e),
+        ttfts_ms=tuple(t * 1e3 for t in _completed(res.ttfts or [], errors)),
         itls_ms=tuple(g * 1e3 for row in (res.itls or []) for g in row),
         server=server, roofline=RooflineStep.of(record.roofline),
         trap_notes=tuple(res.servelab.trap_notes if res.servelab else ()),
         mean_input_len=_per_request(res.total_input_tokens, res.completed),
         mean_output_len=_per_request(res.total_output_tokens, res.completed),
+        output_lens=_completed(res.output_lens or [], errors),
         spec=_spec_figures(res, record.servers),
     )
 
@@ -158,6 +164,17 @@ def cell_figures(record: CellRecord) -> CellFigures:
 def _latency(value: float | None) -> float:
     """A latency the result may not carry (not among --percentile-metrics) as NaN."""
     return math.nan if value is None else value
+
+
+def _completed(values: Sequence[T], errors: list[str]) -> tuple[T, ...]:
+    """The per-request `values` of the requests that completed: all of them where the
+    result carries no error list (a stored copy may drop it), none where the two lists do
+    not pair up (one entry per request each, as vLLM writes them)."""
+    if not errors:
+        return tuple(values)
+    if len(errors) != len(values):
+        return ()
+    return tuple(v for v, e in zip(values, errors) if not e)
 
 
 def _per_request(tokens: int, completed: int) -> float:

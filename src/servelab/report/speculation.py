@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from servelab.errors import ServelabError
-from servelab.experiment.arms import engine_path, planner_args, sim_calibration
+from servelab.experiment.arms import engine_path, planner_args, sim_calibration, sim_profile
 from servelab.experiment.spec import ExperimentSpec
 from servelab.metrics.server_figures import pooled_hit_rate
 from servelab.report.data import CellFigures, ExperimentData
@@ -96,7 +96,8 @@ def spec_table(data: ExperimentData, arm: str, workload: str, base: str) -> Tabl
 
 def payoff_model(spec: ExperimentSpec, arm_name: str, base_arm: str, gpu: str,
                  acceptance: PooledAcceptance) -> PayoffModel:
-    """The simulator's payoff model of `arm_name` with the measured acceptance."""
+    """The simulator's payoff model of `arm_name` with the measured acceptance, priced with
+    the spec's `sim.calibration` and `sim.profile` (either None: the GPU's shipped one)."""
     arm = spec.arm(arm_name)
     assert arm.speculative is not None
     sc = arm.speculative.with_measured(acceptance.rates, acceptance.proposal_rate,
@@ -105,11 +106,12 @@ def payoff_model(spec: ExperimentSpec, arm_name: str, base_arm: str, gpu: str,
     baseline = spec.arm(base_arm)
     base_args = planner_args(spec, baseline, strict=False)
     cal = sim_calibration(spec)
+    profile = sim_profile(spec)
     # each engine as its own arm runs (an arm may override the model or its quantization)
     base = build_engine(engine_path(spec, baseline), gpu, baseline.quantization, base_args, cal,
-                        base_args.async_scheduling)
+                        base_args.async_scheduling, profile)
     spec_engine = build_engine(engine_path(spec, arm), gpu, arm.quantization, args, cal,
-                               args.async_scheduling, None, sc)
+                               args.async_scheduling, profile, sc)
     proposals = sc.proposals()
     assert proposals is not None  # with_measured sets the rates
     return PayoffModel(base.cost, spec_engine.cost, proposals, sc.proposal_rate)
@@ -118,12 +120,18 @@ def payoff_model(spec: ExperimentSpec, arm_name: str, base_arm: str, gpu: str,
 def refill_of(cells: list[CellFigures]) -> Refill | None:
     """The closed loop's replacement requests, from the cells' means (tokens per request):
     prompt tokens split by the prefix-cache hit rate vLLM counted over the cells (hits over
-    lookups, pooled; none counted: all computed), output tokens."""
+    lookups, pooled; none counted: all computed), output tokens; in waves where every cell
+    carries its requests' output lengths and all of them, across the cells, are one length
+    (a fixed output length; one request alone shows nothing)."""
     done = [c for c in cells if c.mean_output_len > 0]
     if not done:
         return None
     prompt = sum(c.mean_input_len for c in done) / len(done)
     hit = pooled_hit_rate([c.server for c in done]) or 0.0
+    lengths = {n for c in done for n in c.output_lens}
+    requests = sum(len(c.output_lens) for c in done)
+    if all(c.output_lens for c in done) and len(lengths) == 1 and requests >= 2:
+        return Refill(prompt * (1.0 - hit), prompt * hit, float(lengths.pop()), waves=True)
     return Refill(prompt * (1.0 - hit), prompt * hit, sum(c.mean_output_len for c in done) / len(done))
 
 
@@ -166,7 +174,10 @@ def payoff_table(data: ExperimentData, spec: ExperimentSpec, arm: str, workload:
                         f"{context:,.0f}-token contexts" + (
                             f", each finished request replaced by one of {refill.prompt_tokens + refill.cached_tokens:,.0f} "
                             f"prompt tokens ({refill.cached_tokens:,.0f} from the prefix cache) and "
-                            f"{refill.output_tokens:,.0f} output tokens, prefilled inside the decode steps"
+                            f"{refill.output_tokens:,.0f} output tokens, " + (
+                                "every request of the same length: the batch finishes and is "
+                                "prefilled again in waves" if refill.waves else
+                                "prefilled inside the decode steps")
                             if refill is not None else "") +
                         ", from the simulator's kernel times and residual; best K: the draft "
                         "length with the most tokens per second there.")) if rows else None

@@ -20,6 +20,19 @@ hits) join each step on average. They come whole and the requests finish indepen
 so a step carries Poisson(C t / L) prompts, and a step that carries one leaves the full
 CUDA graph. Speculation finishes requests t times sooner, so it prefills t times
 more per step than its baseline: at high load that is what its gain loses first.
+
+Requests finish independently only where their output lengths differ. Where every request
+decodes the same L tokens (a fixed output length, as benchmarks set it with `ignore_eos`),
+the C requests that start together finish together, and so do their replacements: the loop
+runs in waves, one prefill of C prompts every L / t steps, and the decode steps between
+carry no prompt. Measured on an H100 (docs/validation/spec-cross-2026-12-07, `start_times`),
+the baseline's waves stay within 13-170 ms at c8-c64, a few steps; speculation's spread
+(0.2-1.7 s, about half the period at c32 and c64: its requests gain tokens at different
+rates, the first wave's decode times at c32 1.46-2.28 s against the baseline's 1.58-1.64 s),
+so pricing both arms as waves is exact for the baseline and an approximation for
+speculation. The Poisson alternative prices every prompt at the cells' mean length, which
+on a GEMM staircase can land each prompt-carrying step on one slow size (224 prompt tokens
+plus 32 x 7 verified rows: M = 448 on the H100).
 """
 
 from __future__ import annotations
@@ -52,11 +65,13 @@ class Payoff:
 class Refill:
     """A closed loop's replacement requests: per request, `prompt_tokens` computed in
     prefill (after prefix-cache hits) over `cached_tokens` found in the cache, and
-    `output_tokens` decoded."""
+    `output_tokens` decoded. `waves`: every request decodes exactly `output_tokens`, so the
+    loop's requests finish and are replaced together (see the module's docstring)."""
 
     prompt_tokens: float
     cached_tokens: float
     output_tokens: float
+    waves: bool = False
 
     def __post_init__(self) -> None:
         if not (self.output_tokens > 0 and self.prompt_tokens >= 0 and self.cached_tokens >= 0):
@@ -106,8 +121,26 @@ def steady_prefills(refill: Refill, seqs: int, tokens_per_seq: float) -> tuple[t
         pooled.append((weight, round(sum(j * w for j, w in run) / weight) if weight > 0 else run[0][0]))
     kept = [(w, j) for w, j in pooled if w >= _MIN_SHARE]
     total = sum(w for w, _ in kept)
+    return tuple((w / total, _prompts(refill, j)) for w, j in kept)
+
+
+def _prompts(refill: Refill, count: int) -> Prefills:
+    """`count` of the loop's replacement prompts, prefilled whole in one step."""
     n, cached = round(refill.prompt_tokens), round(refill.cached_tokens)
-    return tuple((w / total, Prefills(j * n, j, j * (cached * n + n * (n + 1) // 2))) for w, j in kept)
+    return Prefills(count * n, count, count * (cached * n + n * (n + 1) // 2))
+
+
+def wave_s(cost: OperatorCostModel, seqs: int, refill: Refill, tokens_per_seq: float) -> float:
+    """Seconds a loop in waves adds to each of its decode steps: the prefill of its `seqs`
+    replacement prompts, once every `refill.output_tokens` / `tokens_per_seq` steps (none
+    where the prefix cache holds every prompt token, as in `steady_prefills`). The wave is
+    priced as one step: the engine splits one larger than its token budget over several,
+    each with its own step overhead (and, speculating, its per-step cost), so at high loads
+    this prices the wave a few step overheads short."""
+    if refill.prompt_tokens < 1.0:
+        return 0.0
+    prefill = cost.step_duration_s(_decode_step(0, 0.0, 0, 0, _prompts(refill, seqs)))
+    return prefill * tokens_per_seq / refill.output_tokens
 
 
 def _decode_step(seqs: int, context: float, drafting: int, draft_tokens: int,
@@ -150,7 +183,7 @@ class PayoffModel:
         whole k-token proposal, on a full graph) with its probability, else a piecewise one
         carrying the draft tokens and drafting sequences expected given that it is not;
         with `refill`, a share of the steps carries the replacements' prefills (piecewise,
-        with the expected drafts)."""
+        with the expected drafts, or in waves their prefill spread over the steps between)."""
         cost = self._cost(k)
         whole = self.proposal_rate * self.proposals.full_share(k)
         p_uniform = whole ** seqs
@@ -169,6 +202,8 @@ class PayoffModel:
             decode = p_uniform * uniform + (1.0 - p_uniform) * mixed
         if refill is None:
             return decode
+        if refill.waves:
+            return decode + wave_s(cost, seqs, refill, self.tokens_per_step(k))
         drafting, draft_tokens = round(mean_drafting), round(mean_tokens)
         return _mixture(decode, lambda pre: cost.step_duration_s(
             _decode_step(seqs, context, drafting, draft_tokens, pre)),
@@ -176,10 +211,12 @@ class PayoffModel:
 
     def base_step_s(self, seqs: int, context: float, refill: Refill | None = None) -> float:
         """Expected seconds of one baseline step (one token per sequence), with `refill`'s
-        prefills on a share of the steps."""
+        prefills on a share of the steps (in waves: spread over the steps between)."""
         decode = self.base.step_duration_s(_decode_step(seqs, context, 0, 0))
         if refill is None:
             return decode
+        if refill.waves:
+            return decode + wave_s(self.base, seqs, refill, 1.0)
         return _mixture(decode, lambda pre: self.base.step_duration_s(_decode_step(seqs, context, 0, 0, pre)),
                         steady_prefills(refill, seqs, 1.0))
 
