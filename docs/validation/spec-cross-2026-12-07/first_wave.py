@@ -1,0 +1,51 @@
+"""The first wave of each nospec cell: measured against simulated TTFT (a lead for issue 14).
+
+    .venv/bin/python docs/validation/spec-cross-2026-12-07/first_wave.py > docs/validation/spec-cross-2026-12-07/first_wave.md
+
+Every cell of `results/exp`'s nospec arm starts C requests at once. Per load: the TTFT of the
+first C requests to start (min / mean / max, ms) and their prompt tokens, measured (the
+cell's `start_times`, `ttfts`, `input_lens`) and simulated (the cell re-simulated with this
+machine's profile and the H200's shipped figures, as ../spec-perhost-2026-12-05/check.py does).
+Needs the kit's payload at /tmp/gpu-x/payload.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+from servelab.experiment.simulation import measured_cells
+from servelab.sim.calibrate import priced_with
+from servelab.sim.kernel_profile import KernelProfile
+from servelab.sim.offline import simulate_prepared
+
+HERE = Path(__file__).resolve().parent
+EXP = HERE / "results" / "exp"
+
+
+def _row(ttfts_ms: list[float], tokens: int) -> str:
+    return f"{min(ttfts_ms):.0f} / {statistics.mean(ttfts_ms):.0f} / {max(ttfts_ms):.0f} | {tokens:,}"
+
+
+def main() -> None:
+    profile = KernelProfile.load(HERE / "results" / "profile.json")
+    targets = priced_with(measured_cells(EXP, arms=["nospec"]), profile)
+    out = ["| load | measured TTFT min / mean / max, ms | prompt tokens | simulated TTFT min / mean / max, ms | prompt tokens |",
+           "|---|---|---:|---|---:|"]
+    for t in sorted(targets, key=lambda t: t.max_concurrency or 0):
+        c = t.max_concurrency
+        if c is None or c < 2:
+            continue
+        res = json.loads((EXP / "cells" / "nospec" / "sharegpt" / f"c{c}.json").read_text())["result"]
+        first = sorted(zip(res["start_times"], res["ttfts"], res["input_lens"]))[:c]
+        assert t.options is not None
+        run, *_ = simulate_prepared(t.options, t.workload, t.seed, c, t.num_warmups)
+        sim = sorted((r for r in run.records if not r.error and not r.warmup), key=lambda r: r.send_s)[:c]
+        out.append(f"| c{c} | {_row([f[1] * 1e3 for f in first], sum(f[2] for f in first))} | "
+                   f"{_row([r.ttft_ms for r in sim], sum(r.prompt_len for r in sim))} |")
+    print("\n".join(out))
+
+
+if __name__ == "__main__":
+    main()
