@@ -23,10 +23,10 @@ T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
 cp -r $R/exp-r $T/exp-r && cp -r $R/exp/cells/nospec $T/exp-r/cells/
 $py -c "from pathlib import Path; from servelab.sim.cost import default_calibration as d; d('H200').save(Path('$T/h200.json'))"
-check() {  # OUT [HOST.json]
+check() {  # OUT [HOST.json [FITTED_CELLS]]
   local out=$1 cal=() fit=()
   if [ $# -ge 2 ]; then cal=(--calibration $2); fi
-  if [ -f $out/fit.txt ]; then fit=(--fit ngram-k2/sharegpt); fi
+  if [ $# -ge 3 ]; then fit=(--fit $3); fi
   for e in exp exp-k exp-r; do
     local src=$R/$e
     if [ $e = exp-r ]; then src=$T/exp-r; fi
@@ -41,12 +41,12 @@ mkdir -p $D/h200-line $D/specfit $D/fit
 check $D/h200-line $T/h200.json
 $py -m servelab sim calibrate --experiment $R/exp-k --profile $P --arm ngram-k2 --workload sharegpt \
   --fit speculative --calibration $T/h200.json --out $D/specfit/host.json > $D/specfit/fit.txt
-check $D/specfit $D/specfit/host.json
+check $D/specfit $D/specfit/host.json ngram-k2/sharegpt
 $py -m servelab sim calibrate --experiment $R/exp --profile $P --arm nospec --workload sharegpt \
   --fit residual --calibration $T/h200.json --out $D/fit/host.json > $D/fit/fit.txt
 $py -m servelab sim calibrate --experiment $R/exp-k --profile $P --arm ngram-k2 --workload sharegpt \
   --fit speculative --calibration $D/fit/host.json --out $D/fit/host.json >> $D/fit/fit.txt
-check $D/fit $D/fit/host.json
+check $D/fit $D/fit/host.json ngram-k2/sharegpt
 # The H100's shipped speculative line (servelab.sim.cost, DEFAULT_CALIBRATIONS["H100"]):
 # fitted here on ngram-k2 with the shipped H100 profile, from the H200's figures (what the
 # H100 had before); then the shipped H100 figures as they are, with the shipped profile, on

@@ -5,7 +5,7 @@
 Every cell of `results/exp`'s nospec arm starts C requests at once. Per load: the TTFT of the
 first C requests to start (min / mean / max, ms) and their prompt tokens, measured (the
 cell's `start_times`, `ttfts`, `input_lens`) and simulated (the cell re-simulated with this
-machine's profile and the H200's shipped figures, as ../spec-perhost-2026-12-05/check.py does).
+machine's profile and its GPU's shipped figures, as ../spec-perhost-2026-12-05/check.py does).
 Then the cell's mean TTFT over all its requests: measured, simulated, and simulated with the
 API server's costs set to zero (a diagnostic: every request of a burst reaches the engine at
 once). Needs the kit's payload at /tmp/gpu-x/payload.
@@ -44,7 +44,6 @@ def main() -> None:
     out = ["| load | measured TTFT min / mean / max, ms | prompt tokens | simulated TTFT min / mean / max, ms | prompt tokens |",
            "|---|---|---:|---|---:|"]
     means = ["| load | measured mean TTFT, ms | simulated | simulated, no API-server costs |", "|---|---:|---:|---:|"]
-    bare = default_calibration("H200").model_copy(update=NO_FRONTEND)
     for t in sorted(targets, key=lambda t: t.max_concurrency or 0):
         c = t.max_concurrency
         if c is None or c < 2:
@@ -56,6 +55,7 @@ def main() -> None:
         sim = sorted((r for r in run.records if not r.error and not r.warmup), key=lambda r: r.send_s)[:c]
         out.append(f"| c{c} | {_row([f[1] * 1e3 for f in first], sum(f[2] for f in first))} | "
                    f"{_row([r.ttft_ms for r in sim], sum(r.prompt_len for r in sim))} |")
+        bare = default_calibration(t.options.gpu).model_copy(update=NO_FRONTEND)
         direct, *_ = simulate_prepared(dataclasses.replace(t.options, calibration=bare), t.workload, t.seed, c,
                                        t.num_warmups)
         means.append(f"| c{c} | {res['mean_ttft_ms']:.0f} | {_mean_ttft(run.records):.0f} | "
