@@ -462,6 +462,18 @@ def test_default_calibration_matches_gpu_class_names() -> None:
     assert default_calibration("h200").gpu_class == "H200"
 
 
+@pytest.mark.parametrize(("gpu", "host"), [
+    ("A100-SXM-80GB", "H200"), ("NVIDIA A100-SXM4-40GB", "H200"), ("B200", "H200"),
+    ("A100-PCIE-40GB", "L40S"), ("NVIDIA A100 80GB PCIe", "L40S"), ("A10G", "L40S"),
+    ("L4", "L40S"), ("RTX 4090", "L40S"), ("an A10 card", "L40S"), ("A16", "H200"),
+])
+def test_a_gpu_without_its_own_residual_gets_its_form_factors_host(gpu: str, host: str) -> None:
+    # the A100 SXM once got the PCIe host's residual: "A10" is a substring of "A100"
+    got = default_calibration(gpu)
+    want = default_calibration(host)
+    assert got.model_copy(update={"gpu_class": want.gpu_class}) == want
+
+
 def test_nelder_mead_finds_a_quadratic_minimum() -> None:
     x, fx, _ = nelder_mead(lambda v: float(((v - [1.0, -2.0, 0.5]) ** 2).sum()),
                            np.zeros(3), 0.5, 400)

@@ -59,6 +59,7 @@ step = PP x (GPU time of one stage x `gpu_time_scale`) + (PP - 1) activation hop
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,7 +69,7 @@ from typing import Protocol
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from servelab.errors import ServelabError
-from servelab.hardware.catalog import GPUSpec, NodeLayout
+from servelab.hardware.catalog import GPUSpec, NodeLayout, match_gpu
 from servelab.models.geometry import ModelGeometry
 from servelab.plan.args import EngineArgs
 from servelab.storage import read_json, write_atomic
@@ -289,18 +290,25 @@ DEFAULT_CALIBRATIONS: Mapping[str, Calibration] = MappingProxyType({
                         fitted_on=_H200_FITS + ("spec_step_us, spec_per_seq_us: H100, Qwen3-14B n-gram K=2 (5 cells)",)),
 })
 _CLASS_FALLBACK = "H200"
-_PCIE_CLASSES = ("L40", "L4", "A10", "A40", "RTX", "T4")
+# PCIe card families by name, for a GPU the catalog does not know: the family token must not
+# run on into a digit ("A10" and "A10G" are PCIe cards, the A100 is not one of them).
+_PCIE_FAMILY = re.compile(r"(L40|L4|A10|A40|RTX|T4)(?!\d)")
 
 
 def default_calibration(gpu_name: str) -> Calibration:
-    """The shipped residual for `gpu_name` (matched by class name inside it, e.g. "L40S-48GB")."""
+    """The shipped residual for `gpu_name`: its class's where one ships (matched by class
+    name inside it, e.g. "L40S-48GB"); else the PCIe host's (the L40S's) for a GPU on a PCIe
+    card and the SXM host's (the H200's) for any other. The form factor is the catalog's
+    interconnect where the catalog knows the GPU (an A100 SXM is an SXM part, an A100 PCIe a
+    PCIe card), the name's family otherwise."""
     key = gpu_name.upper().replace("NVIDIA", "").replace(" ", "")
     for cls_name in DEFAULT_CALIBRATIONS:
         if cls_name in key:
             return DEFAULT_CALIBRATIONS[cls_name]
-    if any(p in key for p in _PCIE_CLASSES):
-        return DEFAULT_CALIBRATIONS["L40S"].model_copy(update={"gpu_class": key})
-    return DEFAULT_CALIBRATIONS[_CLASS_FALLBACK].model_copy(update={"gpu_class": key})
+    spec = match_gpu(gpu_name)
+    pcie = spec.interconnect.kind == "pcie" if spec is not None else _PCIE_FAMILY.search(key) is not None
+    host = "L40S" if pcie else _CLASS_FALLBACK
+    return DEFAULT_CALIBRATIONS[host].model_copy(update={"gpu_class": key})
 
 
 def shipped_profile(gpu: GPUSpec) -> KernelProfile | None:
