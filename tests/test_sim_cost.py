@@ -556,3 +556,15 @@ def test_the_shipped_api_server_figures_are_the_ones_its_probes_give() -> None:
     assert set(derived) == set(H200_API_SERVER)
     for key, value in derived.items():
         assert H200_API_SERVER[key] == pytest.approx(value, abs=0.06), key
+
+
+def test_a_profile_measured_on_another_gpu_is_refused() -> None:
+    h200, h100 = get_gpu("H200"), get_gpu("H100-SXM")
+    profile = shipped_profile(h200)
+    assert profile is not None
+    assert kernel_times(h200, profile).source.startswith("profiled H200")
+    with pytest.raises(ServelabError, match="measured on NVIDIA H200 .catalog H200., not on the simulated H100-SXM"):
+        kernel_times(h100, profile)
+    # a GPU the catalog does not know (a MIG slice's memory) is taken as given
+    sliced = profile.model_copy(update={"device": profile.device.model_copy(update={"memory_total_mib": 17_000})})
+    assert kernel_times(h100, sliced).source.startswith("profiled H100-SXM")

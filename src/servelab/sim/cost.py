@@ -318,8 +318,20 @@ def shipped_profile(gpu: GPUSpec) -> KernelProfile | None:
 
 
 def kernel_times(gpu: GPUSpec, profile: KernelProfile | None) -> KernelTimes:
-    """The kernel-time provider for `gpu`: `profile` (else the shipped one) or the datasheet."""
+    """The kernel-time provider for `gpu`: `profile` (else the shipped one) or the datasheet.
+
+    Raises ServelabError when `profile` was measured on another catalog GPU: its kernel times
+    would price the simulated GPU as the one measured (a profile from a GPU the catalog does
+    not know, a MIG slice say, is taken as given)."""
     datasheet = DatasheetKernels(gpu)
+    if profile is not None:
+        measured = match_gpu(profile.device.gpu_name, profile.device.memory_total_mib)
+        if measured is not None and measured.name != gpu.name:
+            raise ServelabError(
+                f"the kernel profile (--profile, or a spec's sim.profile) was measured on "
+                f"{profile.device.gpu_name} (catalog {measured.name}), "
+                f"not on the simulated {gpu.name}: pass one measured on the simulated GPU "
+                "(`servelab sim profile` there) or none")
     prof = profile if profile is not None else shipped_profile(gpu)
     if prof is None:
         return datasheet
