@@ -244,7 +244,7 @@ seed: 5
 
 def test_the_drafter_fit_recovers_a_draft_models_cpu_per_layer_from_one_low_load_cell(tmp_path: Path) -> None:
     # A host whose draft model costs 250 us per layer and forward (the shipped H200 figure is
-    # 517.8): its four 28-layer forwards are most of a batch-1 step, so one c1 cell of one
+    # 517.7): its four 28-layer forwards are most of a batch-1 step, so one c1 cell of one
     # workload pins it; the fit reads only that cell and moves only that field.
     _simulated(tmp_path, DRAFT_SPEC, DRAFT_TRUTH)
 

@@ -279,8 +279,31 @@ def test_steps_beyond_the_captured_sizes_wait_for_their_launches() -> None:
     shape = _step(p=1024, pc=1024 * 1025 // 2, ps=1)
     parts = cost.parts(shape)
     assert parts.launches == 36 * 10 + 36 * 3 + 8
-    assert parts.launches * 100e-6 > parts.total_s * 1.1
-    assert cost.step_duration_s(shape) == pytest.approx(parts.launches * 100e-6 + 2e-3 + 10e-6 + 1024e-6)
+    # per_prefill_token_us is GPU time: it hides under the launches with the kernels
+    assert parts.launches * 100e-6 > parts.total_s * 1.1 + 1024e-6
+    assert cost.step_duration_s(shape) == pytest.approx(parts.launches * 100e-6 + 2e-3 + 10e-6)
+
+
+def test_a_gpu_bound_prefill_step_adds_its_gpu_time_per_prefill_token() -> None:
+    # Known answer: 8,192 prefill tokens of Qwen3-14B in eight chunks outlast their launches
+    # (30 us each); the step is the kernels x 1.1 + 1 us per prefill token, then 2 ms and
+    # 10 us per sequence; without the per-token time, 8.192 ms less.
+    model = load_model("Qwen/Qwen3-14B", None)
+    cost = OperatorCostModel(model, H200, EngineArgs(), CAL, kernel_times(H200, None))
+    shape = _step(p=8192, pc=8 * 1024 * 1025 // 2, ps=8)
+    parts = cost.parts(shape)
+    assert parts.total_s * 1.1 > parts.launches * 30e-6
+    assert cost.step_duration_s(shape) == pytest.approx(parts.total_s * 1.1 + 8192e-6 + 2e-3 + 8 * 10e-6)
+    none = OperatorCostModel(model, H200, EngineArgs(), CAL.model_copy(update={"per_prefill_token_us": 0.0}),
+                             kernel_times(H200, None))
+    assert cost.step_duration_s(shape) - none.step_duration_s(shape) == pytest.approx(8192e-6)
+    # a decode-only step has no prefill tokens: the same with or without it
+    assert cost.step_duration_s(_step(d=64, dc=64 * 1000)) == none.step_duration_s(_step(d=64, dc=64 * 1000))
+    # measured on the V2 runner only: a step on the V1 runner is priced without it
+    v1 = OperatorCostModel(model, H200, EngineArgs(), CAL, kernel_times(H200, None), v1_runner=True)
+    v1_none = OperatorCostModel(model, H200, EngineArgs(), CAL.model_copy(update={"per_prefill_token_us": 0.0}),
+                                kernel_times(H200, None), v1_runner=True)
+    assert v1.step_duration_s(shape) == v1_none.step_duration_s(shape)
 
 
 def test_batches_are_padded_to_vllms_capture_sizes() -> None:
@@ -435,7 +458,10 @@ def test_pipeline_runs_one_request_through_every_stage_and_splits_a_batch() -> N
     micro = two.parts(_step(p=4096, pc=4096 * 4097 // 2, ps=1)).total_s
     ends = two.ops.ends_s(4096, 1)
     hop = link.allreduce_latency_us * 1e-6 + 4096 * model.hidden * 2 / (link.unidirectional_gbs * 1e9)
-    assert two.step_duration_s(big) == pytest.approx((2 * micro + ends) * 1.1 + hop + 2e-3 + 2 * 10e-6 + 8192e-6)
+    # per_prefill_token_us (1 us) is GPU time of each stage's layers: half the layers x the
+    # micro-batch's 4,096 tokens per stage, two stages in turn
+    assert two.step_duration_s(big) == pytest.approx(
+        (2 * micro + ends) * 1.1 + 2 * 2048e-6 + hop + 2e-3 + 2 * 10e-6)
     # compute-bound: the pipelined step is close to half of one GPU's
     assert two.step_duration_s(big) < 0.6 * one.step_duration_s(big)
 

@@ -28,7 +28,7 @@ def _options(scale: float = 1.0, calibration: Path | None = None):
 def test_every_float_figure_is_either_the_hosts_or_the_gpus() -> None:
     # a new figure must be classified: host CPU (scaled) or not
     floats = {name for name, f in Calibration.model_fields.items() if f.annotation in (float, "float")}
-    assert floats - set(HOST_CPU_FIELDS) == {"gpu_time_scale", "host_cpu_scale"}
+    assert floats - set(HOST_CPU_FIELDS) == {"gpu_time_scale", "per_prefill_token_us", "host_cpu_scale"}
 
 
 def test_on_host_scales_the_host_figures_only() -> None:
@@ -37,6 +37,8 @@ def test_on_host_scales_the_host_figures_only() -> None:
     for name in HOST_CPU_FIELDS:
         assert getattr(slow, name) == getattr(base, name) * 1.5, name
     assert slow.gpu_time_scale == base.gpu_time_scale
+    # the GPU's time per prefill token (measured in served prefill steps) is not the host's
+    assert slow.per_prefill_token_us == base.per_prefill_token_us > 0
     assert (base.host_cpu_scale, slow.host_cpu_scale, slow.on_host(2.0).host_cpu_scale) == (1.0, 1.5, 3.0)
     assert slow.fitted_on == base.fitted_on
     with pytest.raises(ValueError, match="must be > 0"):

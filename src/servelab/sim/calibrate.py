@@ -10,8 +10,10 @@ TTFT less), plus a weak pull towards the GPU class's defaults so that parameters
 cannot separate stay where they were.
 
 Fitted: the residual the kernels leave (`Calibration`): `gpu_time_scale, step_overhead_ms,
-per_seq_us, launch_us, request_overhead_ms` (`per_prefill_token_us` stays at its default:
-bench summaries cannot tell it from the launch costs; `v1_launch_us`, the V1 runner's
+per_seq_us, launch_us, request_overhead_ms` (`per_prefill_token_us`, the GPU's time per
+prefill token beyond the kernels, comes with the starting calibration: bench summaries
+cannot tell it from the launch costs, so it is measured from the engine's own GPU-bound
+prefill steps on a fit model; `v1_launch_us`, the V1 runner's
 launch cost for dense models, comes with the starting calibration: a host probe measures
 it, since served cells on that runner cannot tell it from the speculative CPU). The API server's figures
 (`frontend_*`) are not fitted here: they are measured where the API server binds (probes

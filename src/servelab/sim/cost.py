@@ -12,11 +12,14 @@ step = PP x (GPU time of one stage x `gpu_time_scale`) + (PP - 1) activation hop
   is n full stages (all bubbles); at high load each stage runs a k-th of the batch, which
   pays where the step is compute-bound (prefill) and not where weight reads dominate;
 - CPU and graph residual (`Calibration`, one set per GPU class, the same for every model):
-  a stage takes max(kernel time x `gpu_time_scale`, CPU launches x `launch_us`) (the GPU
-  cannot run ahead of its launches; a full CUDA graph is one launch; a dense model on
-  vLLM's V1 runner launches at `v1_launch_us`), then
-  `step_overhead_ms` + `per_seq_us` x scheduled sequences + `per_prefill_token_us` x
-  prefill tokens; `request_overhead_ms` once per request before the engine sees it. The
+  a stage takes max(kernel time x `gpu_time_scale` + `per_prefill_token_us` x its prefill
+  tokens, CPU launches x `launch_us`) (the GPU cannot run ahead of its launches; a full
+  CUDA graph is one launch; a dense model on vLLM's V1 runner launches at `v1_launch_us`),
+  then `step_overhead_ms` + `per_seq_us` x scheduled sequences; `request_overhead_ms` once
+  per request before the engine sees it. `per_prefill_token_us` is GPU time a served
+  prefill step spends beyond the profile's kernels on vLLM's V2 model runner (a GPU-bound
+  6-8k-token step runs ~13 % over their sum on Qwen3-4B; the V1 runner's show none:
+  docs/validation/sim-steptrace-2026-12-07, `prefill.py`). The
   replica's API server is not a residual: its figures (`frontend_*`, `H200_API_SERVER`)
   are measured, and `servelab.sim.offline` runs it as vLLM's two workers (the tokenizer
   worker, one request at a time; the event loop: intake, hand-off, step outputs, chunks).
@@ -109,7 +112,7 @@ class CostModel(Protocol):
 # The calibration's figures that are host CPU time (single-threaded Python, launches), so
 # move with the host's speed (`Calibration.on_host`); every other field is the GPU's or a record.
 HOST_CPU_FIELDS = (
-    "step_overhead_ms", "per_seq_us", "per_prefill_token_us", "launch_us", "v1_launch_us",
+    "step_overhead_ms", "per_seq_us", "launch_us", "v1_launch_us",
     "request_overhead_ms", "frontend_us_per_prompt_token", "frontend_us_per_output_token",
     "frontend_us_per_chunk", "frontend_us_per_request", "frontend_handoff_us",
     "frontend_tokenize_us", "cpu_step_ms", "cpu_per_seq_us", "draft_layer_us",
@@ -132,7 +135,9 @@ class Calibration(BaseModel):
         "measured step GPU time / the kernels' sum (clocks under sustained load, gaps)"))
     step_overhead_ms: float = Field(ge=0)
     per_seq_us: float = Field(ge=0)
-    per_prefill_token_us: float = Field(0.0, ge=0)
+    per_prefill_token_us: float = Field(0.0, ge=0, description=(
+        "GPU time per prefill token beyond the profile's kernels, on a step's GPU path "
+        "(measured from a fit model's GPU-bound prefill steps, not fitted from summaries)"))
     launch_us: float = Field(0.0, ge=0, description=(
         "CPU time per kernel or graph launch outside a full CUDA graph"))
     v1_launch_us: float = Field(0.0, ge=0, description=(
@@ -246,9 +251,10 @@ H200_API_SERVER: Mapping[str, float] = MappingProxyType(dict(
 # per-step CPU cost was priced, 2026-12-02; the mean 516.8 before the V1 runner's graph
 # sizes were rounded to multiples of K + 1 and the speculative CPU refitted, 516.3 before
 # that CPU was refitted again once the API server streamed each step's own tokens,
-# 2026-12-03) (Qwen3-14B with a Qwen3-0.6B-shaped draft model, K = 4;
+# 2026-12-03; 517.8 before the residual was refitted with the measured per-prefill-token
+# time, 2026-12-08) (Qwen3-14B with a Qwen3-0.6B-shaped draft model, K = 4;
 # docs/validation/sim-host-2026-12-01, `summarise.py`, which derives this mean).
-H200_DRAFT_LAYER_US = 517.8
+H200_DRAFT_LAYER_US = 517.7
 # vLLM 0.25.1 without asynchronous scheduling on the H200 host: what a step on piecewise
 # CUDA graphs costs over the same step on a full graph, per layer. Qwen3-14B, n-gram K = 6,
 # the prefix workload at c1..c16, forced to cudagraph_mode PIECEWISE vs FULL: mean chunk gap
@@ -271,8 +277,8 @@ H200_V1_LAUNCH_US = 32.5
 # 47 and 46 of 48, max 24.3 %). The drafter's figure stays the H200 host's.
 # _H200_HOST: what the H200's and the H100's figures share, fitted where `fitted_on` says.
 _H200_HOST: Mapping[str, float] = MappingProxyType(dict(
-    gpu_time_scale=0.938, step_overhead_ms=0.312, per_seq_us=6.92, launch_us=85.7,
-    v1_launch_us=H200_V1_LAUNCH_US, request_overhead_ms=9.03, **H200_API_SERVER,
+    gpu_time_scale=0.930, step_overhead_ms=0.395, per_seq_us=6.88, launch_us=74.6, per_prefill_token_us=1.57,
+    v1_launch_us=H200_V1_LAUNCH_US, request_overhead_ms=9.13, **H200_API_SERVER,
     draft_layer_us=H200_DRAFT_LAYER_US, cpu_step_ms=2.081, cpu_per_seq_us=16.70,
     sync_piecewise_layer_us=H200_SYNC_PIECEWISE_LAYER_US))
 _H200_FITS = ("H200 vLLM 0.25.1: Qwen3-4B, Llama-3.1-8B (10 cells)",
@@ -383,7 +389,10 @@ class OperatorCostModel:
         self._seq_s = (cal.per_seq_us + (cal.spec_per_seq_us if spec is not None else 0.0)) * 1e-6
         self._cpu_step_s = cal.cpu_step_ms * 1e-3
         self._cpu_seq_s = cal.cpu_per_seq_us * 1e-6
-        self._ptok_s = cal.per_prefill_token_us * 1e-6
+        # Measured on the V2 runner's GPU-bound prefill steps (dense models: Qwen3-4B 1.56 us a
+        # token, the figure; gemma-3-12b, held out, 1.86); OLMoE-1B-7B's on the V1 runner show
+        # none (0.22, interquartile -0.58 to 0.61): docs/validation/sim-steptrace-2026-12-07.
+        self._ptok_s = 0.0 if v1_runner else cal.per_prefill_token_us * 1e-6
         # decode-only steps by batch size: (kernels that do not attend, launches, graph
         # pieces, attention over the context) (`decode_step_s`)
         self._decode_parts: dict[int, tuple[float, int, int, Callable[[int], float]]] = {}
@@ -415,19 +424,21 @@ class OperatorCostModel:
                               shape.prefill_context_tokens, shape.prefill_seqs,
                               draft_tokens=shape.draft_tokens, piecewise=not uniform)
 
-    def _stage_s(self, parts: StepParts) -> float:
-        return self._stage(parts.total_s, parts.launches, parts.pieces)
+    def _stage_s(self, parts: StepParts, prefill_tokens: float = 0.0) -> float:
+        return self._stage(parts.total_s, parts.launches, parts.pieces, prefill_tokens)
 
-    def _stage(self, kernels_s: float, launches: int, pieces: int) -> float:
-        """One stage: its kernels x the GPU scale, no faster than the CPU launches them,
-        plus the piecewise graphs' host time (without async scheduling)."""
-        return max(kernels_s * self._scale, launches * self._launch_s) + pieces * self._piece_s
+    def _stage(self, kernels_s: float, launches: int, pieces: int, prefill_tokens: float = 0.0) -> float:
+        """One stage: its kernels x the GPU scale and its GPU time per prefill token (the
+        stage's share of the step's `prefill_tokens` layers), no faster than the CPU launches
+        them, plus the piecewise graphs' host time (without async scheduling)."""
+        gpu = kernels_s * self._scale + self._ptok_s * prefill_tokens
+        return max(gpu, launches * self._launch_s) + pieces * self._piece_s
 
-    def _with_host(self, gpu: float, seqs: int, prefill_tokens: int) -> float:
+    def _with_host(self, gpu: float, seqs: int) -> float:
         """A step whose GPU path takes `gpu` s: that path plus the step's residual, against
         the engine's CPU work (after it without async scheduling, a floor under it on the
         V1 runner, hidden otherwise)."""
-        gpu_path = gpu + self._step_s + self._seq_s * seqs + self._ptok_s * prefill_tokens
+        gpu_path = gpu + self._step_s + self._seq_s * seqs
         cpu = self._cpu_step_s + self._cpu_seq_s * seqs
         if not self._async:
             return gpu_path + cpu
@@ -464,7 +475,7 @@ class OperatorCostModel:
             got = (parts.linear_s, parts.launches, parts.pieces, self.ops.decode_attention(seqs))
             self._decode_parts[seqs] = got
         linear, launches, pieces, attention = got
-        return self._with_host(self._stage(linear + attention(context_tokens), launches, pieces), seqs, 0)
+        return self._with_host(self._stage(linear + attention(context_tokens), launches, pieces), seqs)
 
     def step_duration_s(self, shape: StepCounts) -> float:
         """Seconds one step takes (kernels x scale per stage, micro-batches through the
@@ -475,7 +486,7 @@ class OperatorCostModel:
         seqs = shape.decode_seqs + shape.prefill_seqs
         tokens = shape.decode_seqs + shape.prefill_tokens
         if self.pp == 1:
-            gpu = self._stage_s(self.parts(shape)) + self.draft_s(shape)
+            gpu = self._stage_s(self.parts(shape), shape.prefill_tokens) + self.draft_s(shape)
         else:
             k = max(1, min(self.pp, seqs))
             micro = self.ops.parts(-(-shape.decode_seqs // k), shape.decode_context_tokens // k,
@@ -486,8 +497,9 @@ class OperatorCostModel:
             if self._node_hops:
                 hops += self._node_hops * (self._node_hop_latency_s + tokens / k * self._node_hop_s_per_token)
             ends = self.ops.ends_s(-(-tokens // k), -(-seqs // k)) * self._scale
-            gpu = self.pp * self._stage_s(micro) + ends + hops
-        return self._with_host(gpu, seqs, shape.prefill_tokens)
+            # each stage holds 1/pp of the layers and runs a k-th of the step's prefill tokens
+            gpu = self.pp * self._stage_s(micro, -(-shape.prefill_tokens // k) / self.pp) + ends + hops
+        return self._with_host(gpu, seqs)
 
 
 @dataclass(frozen=True, slots=True)
