@@ -297,6 +297,13 @@ def test_a_gpu_bound_prefill_step_adds_its_gpu_time_per_prefill_token() -> None:
     none = OperatorCostModel(model, H200, EngineArgs(), CAL.model_copy(update={"per_prefill_token_us": 0.0}),
                              kernel_times(H200, None))
     assert cost.step_duration_s(shape) - none.step_duration_s(shape) == pytest.approx(8192e-6)
+    # it is GPU time, inside the max against the launches: launches that take the kernels'
+    # time plus half the per-token time leave the GPU side binding, 4.096 ms over them
+    launch_us = (parts.total_s * 1.1 + 4096e-6) / parts.launches * 1e6
+    mid = OperatorCostModel(model, H200, EngineArgs(), CAL.model_copy(update={"launch_us": launch_us}),
+                            kernel_times(H200, None))
+    assert mid.step_duration_s(shape) == pytest.approx(parts.total_s * 1.1 + 8192e-6 + 2e-3 + 8 * 10e-6)
+    assert mid.step_duration_s(shape) - parts.launches * launch_us * 1e-6 == pytest.approx(4096e-6 + 2e-3 + 8 * 10e-6)
     # a decode-only step has no prefill tokens: the same with or without it
     assert cost.step_duration_s(_step(d=64, dc=64 * 1000)) == none.step_duration_s(_step(d=64, dc=64 * 1000))
     # measured on the V2 runner only: a step on the V1 runner is priced without it

@@ -18,7 +18,7 @@ step = PP x (GPU time of one stage x `gpu_time_scale`) + (PP - 1) activation hop
   then `step_overhead_ms` + `per_seq_us` x scheduled sequences; `request_overhead_ms` once
   per request before the engine sees it. `per_prefill_token_us` is GPU time a served
   prefill step spends beyond the profile's kernels on vLLM's V2 model runner (a GPU-bound
-  6-8k-token step runs ~13 % over their sum on Qwen3-4B; the V1 runner's show none:
+  6-8k-token step runs 13 % over their sum on Qwen3-4B; the V1 runner's show none:
   docs/validation/sim-steptrace-2026-12-07, `prefill.py`). The
   replica's API server is not a residual: its figures (`frontend_*`, `H200_API_SERVER`)
   are measured, and `servelab.sim.offline` runs it as vLLM's two workers (the tokenizer
@@ -282,6 +282,7 @@ _H200_HOST: Mapping[str, float] = MappingProxyType(dict(
     draft_layer_us=H200_DRAFT_LAYER_US, cpu_step_ms=2.081, cpu_per_seq_us=16.70,
     sync_piecewise_layer_us=H200_SYNC_PIECEWISE_LAYER_US))
 _H200_FITS = ("H200 vLLM 0.25.1: Qwen3-4B, Llama-3.1-8B (10 cells)",
+              "per_prefill_token_us: measured, Qwen3-4B's served prefill steps (H200)",
               "cpu_*: Qwen3-14B --no-async-scheduling (8 cells)")
 DEFAULT_CALIBRATIONS: Mapping[str, Calibration] = MappingProxyType({
     "L40S": Calibration(gpu_class="L40S", step_overhead_ms=2.44, per_seq_us=20.0,
@@ -389,9 +390,11 @@ class OperatorCostModel:
         self._seq_s = (cal.per_seq_us + (cal.spec_per_seq_us if spec is not None else 0.0)) * 1e-6
         self._cpu_step_s = cal.cpu_step_ms * 1e-3
         self._cpu_seq_s = cal.cpu_per_seq_us * 1e-6
-        # Measured on the V2 runner's GPU-bound prefill steps (dense models: Qwen3-4B 1.56 us a
-        # token, the figure; gemma-3-12b, held out, 1.86); OLMoE-1B-7B's on the V1 runner show
-        # none (0.22, interquartile -0.58 to 0.61): docs/validation/sim-steptrace-2026-12-07.
+        # Measured on the V2 runner's GPU-bound prefill steps (dense models: Qwen3-4B 1.57 us a
+        # token, the figure, 1.56 against the residual refitted with it; gemma-3-12b, held out,
+        # 1.86). The only V1-runner steps timed, OLMoE-1B-7B's (MoE), show none (0.22,
+        # interquartile -0.58 to 0.61): docs/validation/sim-steptrace-2026-12-07. A drafter's
+        # forward (`draft_s`) does not get it: measured on targets only.
         self._ptok_s = 0.0 if v1_runner else cal.per_prefill_token_us * 1e-6
         # decode-only steps by batch size: (kernels that do not attend, launches, graph
         # pieces, attention over the context) (`decode_step_s`)
