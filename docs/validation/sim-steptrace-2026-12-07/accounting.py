@@ -25,12 +25,13 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
 
 from servelab.plan import EngineArgs
-from servelab.sim.cost import default_calibration
+from servelab.sim.cost import Calibration, OperatorCostModel, default_calibration
 from servelab.sim.scheduler import ScheduledStep
 from servelab.sim.setup import SimOptions, build_cluster
 
@@ -41,11 +42,11 @@ PREFILL_BINS = ((1, 2100), (2101, 6200), (6201, 8300))
 DECODE_BINS = ((0, 24), (25, 44), (45, 64))
 
 
-def spans(model: str) -> dict[str, tuple[float, float]]:
-    """Each cell's (start, end) on perf_counter, from cells.txt."""
+def spans(model: str, root: Path = WAVES) -> dict[str, tuple[float, float]]:
+    """Each cell's (start, end) on perf_counter, from `root`/<model>/cells.txt."""
     start: dict[str, float] = {}
     out = {}
-    for line in (WAVES / model / "cells.txt").read_text().splitlines():
+    for line in (root / model / "cells.txt").read_text().splitlines():
         name, edge, t = line.split()
         if edge == "start":
             start[name] = float(t)
@@ -78,25 +79,50 @@ def paired_steps(recs: list[list]) -> list[dict]:
         s = pending.pop(0)
         if s[3] != r[2]:
             raise ValueError(f"update of {r[2]} tokens after a schedule of {s[3]}")
-        _, t0, t1, tokens, nreq, chunks, pre, _new = s
+        _, t0, t1, tokens, nreq, chunks, pre, new = s
         out.append({"sch0": t0, "sch1": t1, "upd": r[1], "pre": pre, "chunks": chunks,
-                    "dec": nreq - chunks})
+                    "dec": nreq - chunks, "new": len(new)})
     return out
 
 
-def pricer(model: str):
-    cost = build_cluster(SimOptions(str(WAVES / model / "config.json"), "H200", None, EngineArgs(),
-                                    calibration=default_calibration("H200")),
+def cell_steps(model: str) -> Iterator[tuple[str, float, list[dict]]]:
+    """(cell, its start, its paired steps) for each of `CELLS` the model ran."""
+    for cell, (a, b) in spans(model).items():
+        if cell in CELLS:
+            yield cell, a, paired_steps(engine_records(model, a, b))
+
+
+def busy_triples(st: list[dict]) -> Iterator[tuple[dict, dict, dict]]:
+    """(s, s + 1, s + 2) where s + 1 and s + 2 were scheduled while their predecessors were
+    in flight (no idle engine): the `schedule()` calls of s + 1 and s + 2 then bound step
+    s's period."""
+    for j in range(1, len(st) - 2):
+        s, n1, n2 = st[j], st[j + 1], st[j + 2]
+        if n1["sch0"] < s["upd"] and n2["sch0"] < n1["upd"]:
+            yield s, n1, n2
+
+
+def step_shape(decodes: int, prefill_tokens: int, chunks: int) -> ScheduledStep:
+    """A measured step's counts as the operator model takes them: decode contexts of 1,090
+    tokens (1,024 in + half of 128 out), each chunk's context its own tokens so far."""
+    per = prefill_tokens / chunks if chunks else 0.0
+    return ScheduledStep(reqs=[], num_new=[], decode_seqs=decodes, decode_context_tokens=decodes * 1090,
+                         prefill_tokens=prefill_tokens,
+                         prefill_context_tokens=int(chunks * per * (per + 1) / 2), preempted=0,
+                         prefill_seqs=chunks)
+
+
+def h200_cost(config: Path, cal: Calibration | None = None) -> OperatorCostModel:
+    """The simulator's cost model of the served model `config` on the H200 (default: the
+    shipped residual)."""
+    return build_cluster(SimOptions(str(config), "H200", None, EngineArgs(),
+                                    calibration=cal or default_calibration("H200")),
                          random.Random(0)).engines[0].cost
 
-    def price(s: dict) -> float:
-        ch, pre = s["chunks"], s["pre"]
-        per = pre / ch if ch else 0.0
-        step = ScheduledStep(reqs=[], num_new=[], decode_seqs=s["dec"], decode_context_tokens=s["dec"] * 1090,
-                             prefill_tokens=pre, prefill_context_tokens=int(ch * per * (per + 1) / 2),
-                             preempted=0, prefill_seqs=ch)
-        return cost.step_duration_s(step)
-    return price
+
+def pricer(model: str) -> Callable[[dict], float]:
+    cost = h200_cost(WAVES / model / "config.json")
+    return lambda s: cost.step_duration_s(step_shape(s["dec"], s["pre"], s["chunks"]))
 
 
 def busy_lines() -> list[str]:
@@ -105,10 +131,7 @@ def busy_lines() -> list[str]:
            "|---|---|---:|---:|---:|---:|---:|"]
     for model in MODELS:
         price = pricer(model)
-        for cell, (a, b) in spans(model).items():
-            if cell not in CELLS:
-                continue
-            st = paired_steps(engine_records(model, a, b))
+        for cell, _, st in cell_steps(model):
             meas = priced = idle = 0.0
             for prev, s in zip(st, st[1:]):
                 if s["sch0"] < prev["upd"]:  # scheduled while the step before was in flight
@@ -128,17 +151,8 @@ def period_lines() -> list[str]:
            "|---|---|---|---|---:|---:|---:|---:|"]
     for model in MODELS:
         price = pricer(model)
-        for cell, (a, b) in spans(model).items():
-            if cell not in CELLS:
-                continue
-            st = paired_steps(engine_records(model, a, b))
-            rows = []
-            for j in range(1, len(st) - 2):
-                s, n1, n2 = st[j], st[j + 1], st[j + 2]
-                # s + 1 and s + 2 scheduled while their predecessors were in flight: no idle engine
-                if not (n1["sch0"] < s["upd"] and n2["sch0"] < n1["upd"]):
-                    continue
-                rows.append((s["pre"], s["dec"], n2["sch0"] - n1["sch0"], price(s)))
+        for cell, _, st in cell_steps(model):
+            rows = [(s["pre"], s["dec"], n2["sch0"] - n1["sch0"], price(s)) for s, n1, n2 in busy_triples(st)]
             arr = np.array(rows)
             for lo, hi in ((0, 0), *PREFILL_BINS):
                 for dlo, dhi in ((0, 64),) if lo == 0 else DECODE_BINS:

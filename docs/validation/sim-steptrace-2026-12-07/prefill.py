@@ -16,15 +16,10 @@ not used.
 
 from __future__ import annotations
 
-import random
-
 import numpy as np
 
-from accounting import CELLS, engine_records, paired_steps, spans, WAVES
-from servelab.plan import EngineArgs
+from accounting import WAVES, busy_triples, cell_steps, h200_cost, step_shape
 from servelab.sim.cost import default_calibration
-from servelab.sim.scheduler import ScheduledStep
-from servelab.sim.setup import SimOptions, build_cluster
 
 FIT_MODEL = "qwen3-4b"
 MODELS = (FIT_MODEL, "olmoe-1b-7b", "gemma-3-12b")
@@ -32,30 +27,28 @@ LO, HI = 6201, 8300
 
 
 def gpu_bound_steps(model: str) -> list[tuple[int, float, float]]:
-    """(prefill tokens, period s, shipped price s) of the model's GPU-bound 6-8k-token steps."""
+    """(prefill tokens, period s, price s without the per-token time) of the model's
+    GPU-bound 6-8k-token steps."""
     cal = default_calibration("H200").model_copy(update={"per_prefill_token_us": 0.0})
-    cost = build_cluster(SimOptions(str(WAVES / model / "config.json"), "H200", None, EngineArgs(),
-                                    calibration=cal), random.Random(0)).engines[0].cost
+    cost = h200_cost(WAVES / model / "config.json", cal)
     out = []
-    for cell, (a, b) in spans(model).items():
-        if cell not in CELLS:
-            continue
-        st = paired_steps(engine_records(model, a, b))
-        for j in range(1, len(st) - 2):
-            s, n1, n2 = st[j], st[j + 1], st[j + 2]
-            if not (LO <= s["pre"] <= HI and n1["sch0"] < s["upd"] and n2["sch0"] < n1["upd"]):
+    for _, _, st in cell_steps(model):
+        for s, n1, n2 in busy_triples(st):
+            if not LO <= s["pre"] <= HI:
                 continue
-            ch, pre = s["chunks"], s["pre"]
-            per = pre / ch
-            step = ScheduledStep(reqs=[], num_new=[], decode_seqs=s["dec"],
-                                 decode_context_tokens=s["dec"] * 1090, prefill_tokens=pre,
-                                 prefill_context_tokens=int(ch * per * (per + 1) / 2), preempted=0,
-                                 prefill_seqs=ch)
+            step = step_shape(s["dec"], s["pre"], s["chunks"])
             parts = cost.parts(step)
             if parts.total_s * cal.gpu_time_scale <= parts.launches * cost._launch_s:
                 continue
-            out.append((pre, n2["sch0"] - n1["sch0"], cost.step_duration_s(step)))
+            out.append((s["pre"], n2["sch0"] - n1["sch0"], cost.step_duration_s(step)))
     return out
+
+
+def per_prefill_token_us(model: str) -> tuple[float, float, float]:
+    """The model's excess per prefill token (us): (first quartile, median, third quartile)."""
+    rows = np.array(gpu_bound_steps(model))
+    q1, med, q3 = np.percentile(1e6 * (rows[:, 1] - rows[:, 2]) / rows[:, 0], [25, 50, 75])
+    return float(q1), float(med), float(q3)
 
 
 def main() -> None:
@@ -64,8 +57,7 @@ def main() -> None:
     print("|---|---|---:|---:|---:|---|")
     for model in MODELS:
         rows = np.array(gpu_bound_steps(model))
-        per_tok = 1e6 * (rows[:, 1] - rows[:, 2]) / rows[:, 0]
-        q1, med, q3 = np.percentile(per_tok, [25, 50, 75])
+        q1, med, q3 = per_prefill_token_us(model)
         role = "fit: the figure" if model == FIT_MODEL else "held out: not used"
         print(f"| {model} | {role} | {len(rows)} | {1e3 * np.median(rows[:, 1]):.1f} | "
               f"{1e3 * np.median(rows[:, 2]):.1f} | {med:.2f} ({q1:.2f}-{q3:.2f}) |")

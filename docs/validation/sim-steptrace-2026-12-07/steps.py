@@ -17,40 +17,25 @@ made it. For each step:
   beside the same cycle's wall time;
 - priced: the shipped H200 operator model's step for the same counts (decode contexts taken as
   1,090 tokens, each prefill chunk's context as its own tokens so far), and its two parts: the
-  kernels x gpu_time_scale and the launches x launch_us.
+  kernels x gpu_time_scale + per_prefill_token_us x prefill tokens (the GPU) and the
+  launches x launch_us.
 """
 
 from __future__ import annotations
 
 import json
-import random
 import sys
 from pathlib import Path
 
 import numpy as np
 
-from servelab.plan import EngineArgs
-from servelab.sim.cost import default_calibration
-from servelab.sim.scheduler import ScheduledStep
-from servelab.sim.setup import SimOptions, build_cluster
+from accounting import h200_cost, spans, step_shape
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
 MODELS = ("olmoe-1b-7b", "qwen3-4b")
 CELLS = ("rnd_c1", "rnd_c32_1", "rnd_c32_2", "rnd_c64_1", "rnd_c64_2", "rnd_c64_3")
 BINS = ((0, 0), (1, 2100), (2101, 6200), (6201, 8300))
-
-
-def spans(model: str) -> dict[str, tuple[float, float]]:
-    start: dict[str, float] = {}
-    out = {}
-    for line in (RESULTS / model / "cells.txt").read_text().splitlines():
-        name, edge, t = line.split()
-        if edge == "start":
-            start[name] = float(t)
-        elif name in start:
-            out[name] = (start[name], float(t))
-    return out
 
 
 def records(model: str) -> tuple[list[list], list[list]]:
@@ -100,18 +85,13 @@ def steps(core: list[list], a: float, b: float) -> list[dict]:
 
 
 def priced(model: str):
-    cost = build_cluster(SimOptions(str(RESULTS / model / "config.json"), "H200", None, EngineArgs(),
-                                    calibration=default_calibration("H200")),
-                         random.Random(0)).engines[0].cost
+    cost = h200_cost(RESULTS / model / "config.json")
 
     def price(s: dict) -> tuple[float, float, float]:
-        dec = s["nreq"] - s["chunks"]
-        per = s["pre"] / s["chunks"] if s["chunks"] else 0.0
-        st = ScheduledStep(reqs=[], num_new=[], decode_seqs=dec, decode_context_tokens=dec * 1090,
-                           prefill_tokens=s["pre"], prefill_context_tokens=int(s["chunks"] * per * (per + 1) / 2),
-                           preempted=0, prefill_seqs=s["chunks"])
+        st = step_shape(s["nreq"] - s["chunks"], s["pre"], s["chunks"])
         parts = cost.parts(st)
-        return (cost.step_duration_s(st), parts.total_s * cost.calibration.gpu_time_scale,
+        return (cost.step_duration_s(st),
+                parts.total_s * cost.calibration.gpu_time_scale + cost._ptok_s * s["pre"],
                 parts.launches * cost._launch_s)
     return price
 
@@ -122,10 +102,10 @@ def ms(x) -> str:
 
 def step_table(model: str, core: list[list]) -> list[str]:
     price = priced(model)
-    sp = spans(model)
+    sp = spans(model, RESULTS)
     out = [f"### {model}", "",
            "| cell | prefill tokens | steps | requests (median) | period ms | GPU lag ms | gap ms | "
-           "launch CPU ms | cycle CPU / wall ms | schedule CPU ms | priced ms | kernels x scale | launches x launch_us |",
+           "launch CPU ms | cycle CPU / wall ms | schedule CPU ms | priced ms | GPU: kernels x scale + per token | launches x launch_us |",
            "|---|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|"]
     for cell in CELLS:
         if cell not in sp:

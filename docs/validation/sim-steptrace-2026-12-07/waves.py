@@ -14,46 +14,28 @@ model's price: its kernels x `gpu_time_scale` + `per_prefill_token_us` x prefill
 
 from __future__ import annotations
 
-import random
-
-from accounting import CELLS, WAVES, engine_records, paired_steps, spans
-from servelab.plan import EngineArgs
-from servelab.sim.cost import default_calibration
-from servelab.sim.scheduler import ScheduledStep
-from servelab.sim.setup import SimOptions, build_cluster
+from accounting import WAVES, busy_triples, cell_steps, h200_cost, step_shape
 
 MODEL = "olmoe-1b-7b"
 
 
 def main() -> None:
-    cost = build_cluster(SimOptions(str(WAVES / MODEL / "config.json"), "H200", None, EngineArgs(),
-                                    calibration=default_calibration("H200")),
-                         random.Random(0)).engines[0].cost
+    cost = h200_cost(WAVES / MODEL / "config.json")
     cal = cost.calibration
     print(f"# {MODEL}: prefill steps in a busy engine, wave by wave (waves.py)\n")
-    for cell, (a, b) in spans(MODEL).items():
-        if cell not in CELLS:
-            continue
-        recs = engine_records(MODEL, a, b)
-        new = {r[1]: len(r[7]) for r in recs if r[0] == "sch"}
-        st = paired_steps(recs)
+    for cell, a, st in cell_steps(MODEL):
         print(f"## {cell}\n")
         print("| ms into the cell | prefill tokens | chunks | new | decodes | period ms | "
               "schedule() ms | priced ms | GPU ms | launches ms |")
         print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-        for j in range(1, len(st) - 2):
-            s, n1, n2 = st[j], st[j + 1], st[j + 2]
-            if s["pre"] == 0 or not (n1["sch0"] < s["upd"] and n2["sch0"] < n1["upd"]):
+        for s, n1, n2 in busy_triples(st):
+            if s["pre"] == 0:
                 continue
-            ch, pre = s["chunks"], s["pre"]
-            per = pre / ch
-            step = ScheduledStep(reqs=[], num_new=[], decode_seqs=s["dec"],
-                                 decode_context_tokens=s["dec"] * 1090, prefill_tokens=pre,
-                                 prefill_context_tokens=int(ch * per * (per + 1) / 2), preempted=0,
-                                 prefill_seqs=ch)
+            pre, ch = s["pre"], s["chunks"]
+            step = step_shape(s["dec"], pre, ch)
             p = cost.parts(step)
             gpu = p.total_s * cal.gpu_time_scale + cost._ptok_s * pre
-            print(f"| {1e3 * (s['sch0'] - a):,.0f} | {pre:,} | {ch} | {new[s['sch0']]} | {s['dec']} | "
+            print(f"| {1e3 * (s['sch0'] - a):,.0f} | {pre:,} | {ch} | {s['new']} | {s['dec']} | "
                   f"{1e3 * (n2['sch0'] - n1['sch0']):.1f} | {1e3 * (s['sch1'] - s['sch0']):.2f} | "
                   f"{1e3 * cost.step_duration_s(step):.1f} | {1e3 * gpu:.1f} | "
                   f"{1e3 * p.launches * cost._launch_s:.1f} |")

@@ -136,8 +136,9 @@ class Calibration(BaseModel):
     step_overhead_ms: float = Field(ge=0)
     per_seq_us: float = Field(ge=0)
     per_prefill_token_us: float = Field(0.0, ge=0, description=(
-        "GPU time per prefill token beyond the profile's kernels, on a step's GPU path "
-        "(measured from a fit model's GPU-bound prefill steps, not fitted from summaries)"))
+        "GPU time per prefill token beyond the profile's kernels, on a step's GPU path, "
+        "vLLM's V2 runner only (measured from a fit model's GPU-bound prefill steps, not "
+        "fitted from summaries)"))
     launch_us: float = Field(0.0, ge=0, description=(
         "CPU time per kernel or graph launch outside a full CUDA graph"))
     v1_launch_us: float = Field(0.0, ge=0, description=(
@@ -431,9 +432,10 @@ class OperatorCostModel:
         return self._stage(parts.total_s, parts.launches, parts.pieces, prefill_tokens)
 
     def _stage(self, kernels_s: float, launches: int, pieces: int, prefill_tokens: float = 0.0) -> float:
-        """One stage: its kernels x the GPU scale and its GPU time per prefill token (the
-        stage's share of the step's `prefill_tokens` layers), no faster than the CPU launches
-        them, plus the piecewise graphs' host time (without async scheduling)."""
+        """One stage: its kernels x the GPU scale plus its GPU time per prefill token
+        (`prefill_tokens`: the step's prefill tokens x the stage's share of the layers), no
+        faster than the CPU launches them, plus the piecewise graphs' host time (without
+        async scheduling)."""
         gpu = kernels_s * self._scale + self._ptok_s * prefill_tokens
         return max(gpu, launches * self._launch_s) + pieces * self._piece_s
 
