@@ -14,13 +14,15 @@ import json
 import random
 import re
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from servelab.metrics.records import RequestRecord
 from servelab.plan import EngineArgs
 from servelab.sim.cost import default_calibration
-from servelab.sim.offline import prepare_workload, simulate_prepared
+from servelab.sim.offline import StepObserver, prepare_workload, simulate
 from servelab.sim.scheduler import ScheduledStep
 from servelab.sim.setup import SimOptions, build_cluster
 from servelab.workload.arrivals import ArrivalOptions
@@ -61,7 +63,9 @@ def _events(model: str, cell: str) -> list[list]:
     return sorted(out, key=lambda r: r[1])
 
 
-def _simulated(model: str, result: dict) -> tuple[list, SimOptions]:
+def simulated(model: str, result: dict, on_step: StepObserver | None = None) -> list[RequestRecord]:
+    """The simulator's run of a measured cell (shipped H200 residual, the cell's seed, prompts
+    and load), its records without warm-ups; `on_step` sees every step."""
     opts = SimOptions(str(RESULTS / model / "config.json"), "H200", None, EngineArgs(),
                       calibration=default_calibration("H200"))
     ds = DatasetOptions(dataset_name="random", num_prompts=int(result["num_prompts"]),
@@ -69,17 +73,36 @@ def _simulated(model: str, result: dict) -> tuple[list, SimOptions]:
                         tokenizer=str(PAYLOAD / "qwen3-14b"))
     seed = int(result["servelab"]["seed"])
     wl = prepare_workload(ds, seed, ArrivalOptions())
-    run, *_ = simulate_prepared(opts, wl, seed, int(result["max_concurrency"]), 0)
-    return [r for r in run.records if not r.warmup], opts
+    run = simulate(build_cluster(opts, random.Random(seed)), wl.requests, wl.intended_s,
+                   int(result["max_concurrency"]), 0, on_step)
+    return [r for r in run.records if not r.warmup]
 
 
-def _waves(send: np.ndarray, conc: int) -> list[np.ndarray]:
+def waves(send: np.ndarray, conc: int) -> list[np.ndarray]:
+    """A closed loop's waves: the request indices in order of sending, `conc` at a time."""
     order = np.argsort(send, kind="stable")
     return [order[w:w + conc] for w in range(0, len(send), conc)]
 
 
-def cell_table(model: str, cell: str) -> list[str]:
-    """Per closed-loop wave: the measured path of a request (means, ms) beside the simulator's."""
+@dataclass(frozen=True)
+class Stamps:
+    """One measured cell's requests on the hook's clock (perf_counter seconds; NaN where the
+    hook saw none): sent, vLLM's arrival, handed to the engine core, added to its scheduler,
+    first in a `schedule()`, first token, last token."""
+
+    conc: int
+    send: np.ndarray
+    arrival: np.ndarray
+    hand_off: np.ndarray
+    engine: np.ndarray
+    scheduled: np.ndarray
+    first: np.ndarray
+    end: np.ndarray
+    ttft: np.ndarray  # the client's, seconds
+
+
+def request_stamps(model: str, cell: str) -> Stamps:
+    """The hook's and the client's stamps of each request of `cell`, joined by request index."""
     res = json.loads((RESULTS / model / f"{cell}.json").read_text())
     n, conc = len(res["ttfts"]), int(res["max_concurrency"])
     arr, hand, eng, sched = (np.full(n, np.nan) for _ in range(4))
@@ -97,24 +120,31 @@ def cell_table(model: str, cell: str) -> list[str]:
     send = np.array(res["start_times"])
     ttft = np.array(res["ttfts"])
     t0 = np.nanmin(arr - send)  # the client's t0 on perf_counter (send -> arrival >= 0)
-    first = t0 + send + ttft
-    recs, _ = _simulated(model, res)
+    return Stamps(conc, t0 + send, arr, hand, eng, sched, t0 + send + ttft,
+                  t0 + send + np.array(res["latencies"]), ttft)
+
+
+def cell_table(model: str, cell: str) -> list[str]:
+    """Per closed-loop wave: the measured path of a request (means, ms) beside the simulator's."""
+    res = json.loads((RESULTS / model / f"{cell}.json").read_text())
+    m = request_stamps(model, cell)
+    recs = simulated(model, res)
     s_send = np.array([r.send_s for r in recs])
     s_ttft = np.array([r.ttft_ms for r in recs]) / 1e3
     s_end = s_send + np.array([r.e2el_ms for r in recs]) / 1e3
-    end = send + np.array(res["latencies"])
-    out = [f"### {model} {cell}: measured mean TTFT {1e3 * ttft.mean():.1f} ms, simulated "
-           f"{1e3 * s_ttft.mean():.1f} ms ({100 * (s_ttft.mean() / ttft.mean() - 1):+.1f} %)", "",
+    out = [f"### {model} {cell}: measured mean TTFT {1e3 * m.ttft.mean():.1f} ms, simulated "
+           f"{1e3 * s_ttft.mean():.1f} ms ({100 * (s_ttft.mean() / m.ttft.mean() - 1):+.1f} %)", "",
            "| wave | sends spread | send->arrival | arrival->hand-off | hand-off->engine | "
            "engine->scheduled | scheduled->first token | TTFT | finishes spread || sim sends "
            "spread | sim TTFT | sim finishes spread |",
            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for w, (s, q) in enumerate(zip(_waves(send, conc), _waves(s_send, conc))):
+    for w, (s, q) in enumerate(zip(waves(m.send, m.conc), waves(s_send, m.conc))):
         ms = lambda x: f"{1e3 * np.nanmean(x):.1f}"  # noqa: E731
         spread = lambda x: f"{1e3 * (x.max() - x.min()):.0f}"  # noqa: E731
-        out.append(f"| {w} | {spread(send[s])} | {ms(arr[s] - t0 - send[s])} | {ms(hand[s] - arr[s])} | "
-                   f"{ms(eng[s] - hand[s])} | {ms(sched[s] - eng[s])} | {ms(first[s] - sched[s])} | "
-                   f"{ms(ttft[s])} | {spread(end[s])} || {spread(s_send[q])} | {ms(s_ttft[q])} | "
+        out.append(f"| {w} | {spread(m.send[s])} | {ms(m.arrival[s] - m.send[s])} | "
+                   f"{ms(m.hand_off[s] - m.arrival[s])} | {ms(m.engine[s] - m.hand_off[s])} | "
+                   f"{ms(m.scheduled[s] - m.engine[s])} | {ms(m.first[s] - m.scheduled[s])} | "
+                   f"{ms(m.ttft[s])} | {spread(m.end[s])} || {spread(s_send[q])} | {ms(s_ttft[q])} | "
                    f"{spread(s_end[q])} |")
     return out + [""]
 
