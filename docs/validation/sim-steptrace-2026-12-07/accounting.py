@@ -23,49 +23,25 @@ count) and prints:
 
 from __future__ import annotations
 
-import json
-import random
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
 
-from servelab.plan import EngineArgs
-from servelab.sim.cost import Calibration, OperatorCostModel, default_calibration
-from servelab.sim.scheduler import ScheduledStep
-from servelab.sim.setup import SimOptions, build_cluster
-
-WAVES = Path(__file__).resolve().parent.parent / "sim-waves-2026-12-03" / "results"
-MODELS = ("qwen3-4b", "olmoe-1b-7b", "gemma-3-12b")
-CELLS = ("rnd_c32", "rnd_c64", "rnd_c64_c")
+# The sim-waves folder's reader owns the hook files' layout and the step's pricing;
+# `spans`, `step_shape` and `h200_cost` are re-exported for this folder's other readers.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "sim-waves-2026-12-03"))
+from summarise import CELLS, MODELS, hook_records, h200_cost, spans, step_shape  # noqa: E402,F401
+from summarise import RESULTS as WAVES  # noqa: E402
 PREFILL_BINS = ((1, 2100), (2101, 6200), (6201, 8300))
 DECODE_BINS = ((0, 24), (25, 44), (45, 64))
 
 
-def spans(model: str, root: Path = WAVES) -> dict[str, tuple[float, float]]:
-    """Each cell's (start, end) on perf_counter, from `root`/<model>/cells.txt."""
-    start: dict[str, float] = {}
-    out = {}
-    for line in (root / model / "cells.txt").read_text().splitlines():
-        name, edge, t = line.split()
-        if edge == "start":
-            start[name] = float(t)
-        elif name in start:
-            out[name] = (start[name], float(t))
-    return out
-
-
 def engine_records(model: str, a: float, b: float) -> list[list]:
     """The engine core's `sch` and `upd0` records of steps with tokens within [a, b], by time."""
-    recs = []
-    for f in sorted((WAVES / model / "hook").glob("*.jsonl")):
-        for line in f.read_text().splitlines():
-            r = json.loads(line)
-            if r[0] == "sch" and r[3] > 0 and a <= r[1] <= b:
-                recs.append(r)
-            elif r[0] == "upd0" and r[2] > 0 and a <= r[1] <= b:
-                recs.append(r)
-    return sorted(recs, key=lambda r: r[1])
+    return [r for r in hook_records(model, a, b)
+            if (r[0] == "sch" and r[3] > 0) or (r[0] == "upd0" and r[2] > 0)]
 
 
 def paired_steps(recs: list[list]) -> list[dict]:
@@ -100,24 +76,6 @@ def busy_triples(st: list[dict]) -> Iterator[tuple[dict, dict, dict]]:
         s, n1, n2 = st[j], st[j + 1], st[j + 2]
         if n1["sch0"] < s["upd"] and n2["sch0"] < n1["upd"]:
             yield s, n1, n2
-
-
-def step_shape(decodes: int, prefill_tokens: int, chunks: int) -> ScheduledStep:
-    """A measured step's counts as the operator model takes them: decode contexts of 1,090
-    tokens (1,024 in + half of 128 out), each chunk's context its own tokens so far."""
-    per = prefill_tokens / chunks if chunks else 0.0
-    return ScheduledStep(reqs=[], num_new=[], decode_seqs=decodes, decode_context_tokens=decodes * 1090,
-                         prefill_tokens=prefill_tokens,
-                         prefill_context_tokens=int(chunks * per * (per + 1) / 2), preempted=0,
-                         prefill_seqs=chunks)
-
-
-def h200_cost(config: Path, cal: Calibration | None = None) -> OperatorCostModel:
-    """The simulator's cost model of the served model `config` on the H200 (default: the
-    shipped residual)."""
-    return build_cluster(SimOptions(str(config), "H200", None, EngineArgs(),
-                                    calibration=cal or default_calibration("H200")),
-                         random.Random(0)).engines[0].cost
 
 
 def pricer(model: str) -> Callable[[dict], float]:

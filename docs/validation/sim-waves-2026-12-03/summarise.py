@@ -21,7 +21,7 @@ import numpy as np
 
 from servelab.metrics.records import RequestRecord
 from servelab.plan import EngineArgs
-from servelab.sim.cost import default_calibration
+from servelab.sim.cost import Calibration, OperatorCostModel, default_calibration
 from servelab.sim.offline import StepObserver, prepare_workload, simulate
 from servelab.sim.scheduler import ScheduledStep
 from servelab.sim.setup import SimOptions, build_cluster
@@ -47,20 +47,52 @@ def _index(request_id: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def _events(model: str, cell: str) -> list[list]:
-    """The hook's records of every process during `cell` (perf_counter seconds)."""
-    span: dict[str, float] = {}
-    for line in (RESULTS / model / "cells.txt").read_text().splitlines():
+def spans(model: str, root: Path = RESULTS) -> dict[str, tuple[float, float]]:
+    """Each cell's (start, end) on perf_counter, from `root`/<model>/cells.txt."""
+    start: dict[str, float] = {}
+    out = {}
+    for line in (root / model / "cells.txt").read_text().splitlines():
         name, edge, t = line.split()
-        if name == cell:
-            span[edge] = float(t)
+        if edge == "start":
+            start[name] = float(t)
+        elif name in start:
+            out[name] = (start[name], float(t))
+    return out
+
+
+def hook_records(model: str, a: float, b: float, root: Path = RESULTS) -> list[list]:
+    """The hook's records of every process stamped within [a, b] (perf_counter seconds), by
+    time, from `root`/<model>/hook."""
     out = []
-    for f in sorted((RESULTS / model / "hook").glob("*.jsonl")):
+    for f in sorted((root / model / "hook").glob("*.jsonl")):
         for line in f.read_text().splitlines():
             r = json.loads(line)
-            if isinstance(r[1], float) and span["start"] <= r[1] <= span["end"]:
+            if isinstance(r[1], float) and a <= r[1] <= b:
                 out.append(r)
     return sorted(out, key=lambda r: r[1])
+
+
+def _events(model: str, cell: str) -> list[list]:
+    """The hook's records of every process during `cell`."""
+    return hook_records(model, *spans(model)[cell])
+
+
+def step_shape(decodes: int, prefill_tokens: int, chunks: int) -> ScheduledStep:
+    """A measured step's counts as the operator model takes them: decode contexts of 1,090
+    tokens (1,024 in + half of 128 out), each chunk's context its own tokens so far."""
+    per = prefill_tokens / chunks if chunks else 0.0
+    return ScheduledStep(reqs=[], num_new=[], decode_seqs=decodes, decode_context_tokens=decodes * 1090,
+                         prefill_tokens=prefill_tokens,
+                         prefill_context_tokens=int(chunks * per * (per + 1) / 2), preempted=0,
+                         prefill_seqs=chunks)
+
+
+def h200_cost(config: Path, cal: Calibration | None = None) -> OperatorCostModel:
+    """The simulator's cost model of the served model `config` on the H200 (default: the
+    shipped residual)."""
+    return build_cluster(SimOptions(str(config), "H200", None, EngineArgs(),
+                                    calibration=cal or default_calibration("H200")),
+                         random.Random(0)).engines[0].cost
 
 
 def simulated(model: str, result: dict, on_step: StepObserver | None = None) -> list[RequestRecord]:
@@ -153,20 +185,14 @@ def step_table(model: str) -> list[str]:
     """Measured step intervals (between two `schedule()` calls, the GPU's step under
     asynchronous scheduling) by prefill tokens, beside the operator model's price of the
     same counts (decode contexts taken as 1,090 tokens, prompts uncached)."""
-    cost = build_cluster(SimOptions(str(RESULTS / model / "config.json"), "H200", None, EngineArgs(),
-                                    calibration=default_calibration("H200")),
-                         random.Random(0)).engines[0].cost
+    cost = h200_cost(RESULTS / model / "config.json")
     rows = []
     for cell in CELLS:
         sch = [r for r in _events(model, cell) if r[0] == "sch"]
         for a, b in zip(sch, sch[1:]):
             _, _, _, _, nreq, chunks, pre, _ = a
-            dec = nreq - chunks
-            per = pre / chunks if chunks else 0.0
-            step = ScheduledStep(reqs=[], num_new=[], decode_seqs=dec, decode_context_tokens=dec * 1090,
-                                 prefill_tokens=pre, prefill_context_tokens=int(chunks * per * (per + 1) / 2),
-                                 preempted=0, prefill_seqs=chunks)
-            rows.append((pre, 1e3 * (b[1] - a[1]), 1e3 * cost.step_duration_s(step)))
+            rows.append((pre, 1e3 * (b[1] - a[1]),
+                         1e3 * cost.step_duration_s(step_shape(nreq - chunks, pre, chunks))))
     a = np.array(rows)
     out = [f"### {model}: steps of the three cells", "",
            "| prefill tokens | steps | measured median ms | priced median ms | priced / measured |",
